@@ -1,0 +1,1 @@
+"""Metrics (perplexity, I(W), cosine statistics, spectra), evaluation, and table rendering."""

@@ -1,0 +1,268 @@
+"""Word-level corpora (PTB, WikiText-2, or any corpus with train/valid/test splits).
+
+Each line becomes ``line.split() + ["<eos>"]`` (the convention of the PTB/WikiText language-modelling
+code of all three papers). The vocabulary is built from the training split only; ids are sorted by
+training frequency (most frequent first, ties in order of first appearance), and the counts are
+kept, so frequency groups are slices of the id range.
+
+Sources (``dataset.source``):
+  * ``local``: ``<data_dir>/<local_dir>/<files[split]>`` where ``data_dir`` defaults to the
+    ``REPDEGEN_DATA_DIR`` environment variable (layout of ``../shared/data``);
+  * ``hub``: ``datasets.load_dataset(hub_name, hub_config)`` (``ptb_text_only``;
+    ``wikitext``/``wikitext-2-v1``);
+  * ``disk``: a ``DatasetDict`` saved with ``save_to_disk`` at ``disk_path``;
+  * ``text``: plain files read by ``datasets.load_dataset("text", data_files=text_files)``;
+  * ``auto``: ``local`` when a data directory is set, else ``hub``.
+
+Processed corpora are cached under ``<cache_dir>/corpora`` keyed by the content of the source
+(sha256 of the files, or the ``datasets`` fingerprints), so an edited file is never served stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from reproduce.errors import DataError
+
+SPLITS = ("train", "valid", "test")
+CACHE_FORMAT = 1
+
+
+@dataclass
+class Vocab:
+    """Types sorted by training frequency; ``counts[i]`` is the training count of type ``i``."""
+
+    itos: list[str]
+    counts: torch.Tensor
+    eos: str = "<eos>"
+    unk: str = "<unk>"
+    stoi: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @property
+    def eos_id(self) -> int:
+        return self.stoi[self.eos]
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.stoi.get(self.unk)
+
+
+@dataclass
+class Corpus:
+    name: str
+    train: torch.Tensor
+    valid: torch.Tensor
+    test: torch.Tensor
+    vocab: Vocab
+    provenance: dict
+
+    def split(self, name: str) -> torch.Tensor:
+        return getattr(self, name)
+
+
+# --------------------------------------------------------------------------------------------------
+# reading the raw lines
+# --------------------------------------------------------------------------------------------------
+def data_dir_from(cfg) -> str | None:
+    return cfg.data_dir or os.environ.get("REPDEGEN_DATA_DIR") or None
+
+
+def resolve_source(cfg) -> str:
+    if cfg.source != "auto":
+        return cfg.source
+    return "local" if data_dir_from(cfg) else "hub"
+
+
+def _decode(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(
+            f"{path} is not valid UTF-8: byte {raw[err.start]:#04x} at offset {err.start} (line {line}). "
+            f"The corpora are UTF-8 text; re-encode the file (e.g. `iconv -f latin1 -t utf-8`) or fetch a clean copy"
+        ) from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines with universal newlines, as the text-mode iteration of the papers' readers."""
+    lines = io.StringIO(_decode(path), newline=None).read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _local_lines(cfg) -> tuple[dict[str, list[str]], dict]:
+    root = data_dir_from(cfg)
+    if not root:
+        raise DataError(
+            f"dataset.source=local needs a data directory: set REPDEGEN_DATA_DIR (or dataset.data_dir) to a folder "
+            f"holding {cfg.local_dir}/ (the layout of ../shared/data), or use dataset.source=hub"
+        )
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        raise DataError(
+            f"data directory {base} does not exist (from {'dataset.data_dir' if cfg.data_dir else 'REPDEGEN_DATA_DIR'}); "
+            f"point it at a folder holding {cfg.local_dir}/{cfg.files.get('train', '')}, or unset it to load "
+            f"{cfg.name} from the Hugging Face hub"
+        )
+    lines, digests, paths = {}, {}, {}
+    for split in SPLITS:
+        if split not in cfg.files:
+            raise DataError(f"dataset.files has no entry for split {split!r}; expected keys {SPLITS}")
+        path = base / cfg.local_dir / cfg.files[split]
+        if not path.is_file():
+            raise DataError(
+                f"{cfg.name}: expected the {split} split at {path}, but there is no such file. The directory should "
+                f"hold {cfg.local_dir}/{{{','.join(cfg.files[s] for s in SPLITS)}}}; fetch the corpus there, or "
+                f"use dataset.source=hub"
+            )
+        digests[split] = hashlib.sha256(path.read_bytes()).hexdigest()
+        paths[split] = str(path)
+        lines[split] = _read_lines(path)
+    return lines, {"source": "local", "files": paths, "sha256": digests}
+
+
+def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
+    import datasets
+
+    try:
+        if source == "hub":
+            if not cfg.hub_name:
+                raise DataError(f"dataset {cfg.name!r} has no hub_name; use dataset.source=local")
+            dsd = datasets.load_dataset(cfg.hub_name, cfg.hub_config)
+            where = f"{cfg.hub_name}" + (f"/{cfg.hub_config}" if cfg.hub_config else "")
+        elif source == "disk":
+            if not cfg.disk_path or not Path(cfg.disk_path).exists():
+                raise DataError(
+                    f"dataset.disk_path={cfg.disk_path!r} does not exist; give the folder written by "
+                    f"DatasetDict.save_to_disk"
+                )
+            dsd = datasets.load_from_disk(cfg.disk_path)
+            where = cfg.disk_path
+        else:
+            files = dict(cfg.text_files or {})
+            missing = [f"{s}={files.get(s)}" for s in SPLITS if not files.get(s) or not Path(files[s]).is_file()]
+            if missing:
+                raise DataError(
+                    f"dataset.source=text needs dataset.text_files with an existing file per split; missing: "
+                    f"{', '.join(missing)}"
+                )
+            dsd = datasets.load_dataset("text", data_files=files)
+            where = ", ".join(f"{k}={v}" for k, v in files.items())
+    except DataError:
+        raise
+    except Exception as err:  # the hub raises many kinds; all mean "could not get the data"
+        raise DataError(
+            f"could not load {cfg.name} through `datasets` ({source}): {type(err).__name__}: {err}. "
+            f"Without a network, set REPDEGEN_DATA_DIR to a folder laid out like ../shared/data "
+            f"(dataset.source=local), or pass dataset.source=disk dataset.disk_path=<saved DatasetDict>"
+        ) from None
+    split_names = cfg.hub_splits if source in ("hub", "disk") else {s: s for s in SPLITS}
+    lines, prints = {}, {}
+    for split in SPLITS:
+        name = split_names.get(split, split)
+        if name not in dsd:
+            raise DataError(f"{where} has no split {name!r} (it has {', '.join(dsd)}); set dataset.hub_splits.{split}")
+        ds = dsd[name]
+        field_name = cfg.text_field if source != "text" else "text"
+        if field_name not in ds.column_names:
+            raise DataError(f"{where}[{name}] has no column {field_name!r} (columns: {ds.column_names}); set dataset.text_field")
+        lines[split] = list(ds[field_name])
+        prints[split] = ds._fingerprint
+    return lines, {"source": source, "location": where, "fingerprints": prints}
+
+
+# --------------------------------------------------------------------------------------------------
+# tokens, vocabulary, ids
+# --------------------------------------------------------------------------------------------------
+def tokenize(lines: list[str], eos: str) -> list[str]:
+    tokens: list[str] = []
+    for line in lines:
+        tokens.extend(line.split())
+        tokens.append(eos)
+    return tokens
+
+
+def build_vocab(train_tokens: list[str], eos: str, unk: str) -> Vocab:
+    counts = Counter(train_tokens)  # insertion order = first appearance
+    order = sorted(counts, key=lambda w: -counts[w])  # stable: ties keep first-appearance order
+    return Vocab(order, torch.tensor([counts[w] for w in order], dtype=torch.long), eos=eos, unk=unk)
+
+
+def numericalize(tokens: list[str], vocab: Vocab, split: str, name: str) -> tuple[torch.Tensor, int]:
+    stoi, unk_id = vocab.stoi, vocab.unk_id
+    ids, oov = [], 0
+    for w in tokens:
+        i = stoi.get(w)
+        if i is None:
+            if unk_id is None:
+                raise DataError(
+                    f"{name}: the {split} split has the word {w!r}, which is not in the training vocabulary, and the "
+                    f"vocabulary has no {vocab.unk!r} token to map it to; set dataset.unk to the corpus's unknown token"
+                )
+            i, oov = unk_id, oov + 1
+        ids.append(i)
+    return torch.tensor(ids, dtype=torch.long), oov
+
+
+def _cache_key(info: dict, cfg) -> str:
+    blob = repr((CACHE_FORMAT, cfg.eos, cfg.unk, sorted(info.get("sha256", {}).items()),
+                 sorted(info.get("fingerprints", {}).items())))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) -> Corpus:
+    """Load (from cache when the source is unchanged) and return the corpus ``cfg`` describes."""
+    source = resolve_source(cfg)
+    if source not in ("local", "hub", "disk", "text"):
+        raise DataError(f"dataset.source={source!r} is not one of auto, local, hub, disk, text")
+    lines, info = _local_lines(cfg) if source == "local" else _datasets_lines(cfg, source)
+    key = _cache_key(info, cfg)
+    cache_path = Path(cache_dir) / "corpora" / f"{cfg.name}-{key}.pt" if cache_dir else None
+    if cache_path is not None and cache_path.is_file():
+        blob = torch.load(cache_path, weights_only=False)
+    else:
+        tokens = {s: tokenize(lines[s], cfg.eos) for s in SPLITS}
+        for s in SPLITS:
+            if len(tokens[s]) == 0 or all(t == cfg.eos for t in tokens[s]):
+                where = info.get("files", {}).get(s) or info.get("location")
+                raise DataError(f"{cfg.name}: the {s} split ({where}) is empty: it has no words; check the file")
+        vocab = build_vocab(tokens["train"], cfg.eos, cfg.unk)
+        ids, oov = {}, {}
+        for s in SPLITS:
+            ids[s], oov[s] = numericalize(tokens[s], vocab, s, cfg.name)
+        blob = {"itos": vocab.itos, "counts": vocab.counts, "ids": ids, "oov": oov, "info": info, "key": key}
+        if cache_path is not None:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
+            torch.save(blob, tmp)
+            os.replace(tmp, cache_path)
+    vocab = Vocab(blob["itos"], blob["counts"], eos=cfg.eos, unk=cfg.unk)
+    provenance = dict(blob["info"], cache_key=blob["key"], vocab_size=len(vocab), oov=blob["oov"],
+                      tokens={s: int(blob["ids"][s].numel()) for s in SPLITS})
+    if cfg.vocab_size is not None and len(vocab) != cfg.vocab_size:
+        print(f"repdegen: warning: {cfg.name} has {len(vocab)} types, the papers' corpus has {cfg.vocab_size}; "
+              f"check the source files ({info.get('files') or info.get('location')})")
+    ids = dict(blob["ids"])
+    if cfg.train_tokens is not None:
+        ids["train"] = ids["train"][: cfg.train_tokens]
+    if cfg.eval_tokens is not None:
+        ids["valid"] = ids["valid"][: cfg.eval_tokens]
+        ids["test"] = ids["test"][: cfg.eval_tokens]
+    provenance["used_tokens"] = {s: int(ids[s].numel()) for s in SPLITS}
+    return Corpus(cfg.name, ids["train"], ids["valid"], ids["test"], vocab, provenance)

@@ -1,0 +1,116 @@
+"""Augmented loss (AL) and REAL (AL with reused embeddings).
+
+Inan, Khosravi & Socher (2017), eq. 3.1-3.7 (Inan & Khosravi 2016, eq. 7-9, is the case tau = 1):
+
+    y^_t   = softmax(z_t / tau),  z_t = W h_t + b                  (3.1)
+    u_t    = L y*_t               (the target's input embedding)   (3.6)
+    y~_t   = softmax(L^T u_t / tau)                                 (3.7)
+    J_tot  = CE(y*_t, softmax(z_t)) + alpha * KL(y~_t || y^_t)      (3.2, 3.3)
+
+``form``: ``kl`` = KL(y~ || y^) = sum y~ log y~ - sum y~ log y^; ``ce`` = the cross-entropy part only
+(Inan 2016 found no notable difference and used it for the large networks).
+
+``target_grad`` (how y~, which depends on L, is differentiated):
+  * ``official`` (default): as the authors' TensorFlow code (inanhkn/REAL): the cross-entropy part
+    treats y~ as a constant, the entropy part ``sum y~ log y~`` is differentiated through y~;
+  * ``none``: y~ is a constant everywhere (plain distillation toward a fixed target);
+  * ``full``: the exact gradient of the KL through y~ as well.
+No tau^2 factor is applied (none is in the paper or the code).
+
+REAL = AL on a model whose output projection is tied to the embedding (``objective=real``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from losses import ObjectiveOutput, register_objective
+from reproduce.errors import ConfigError
+
+
+@dataclass
+class ALConfig:
+    name: str = "al"
+    alpha: float = 1.0
+    temperature: float = 20.0
+    form: str = "kl"
+    target_grad: str = "official"
+    tie_weights: bool | None = None
+
+
+@dataclass
+class REALConfig:
+    name: str = "real"
+    alpha: float = 1.0
+    temperature: float = 20.0
+    form: str = "kl"
+    target_grad: str = "official"
+    tie_weights: bool | None = True
+
+
+def augmented_loss(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    embedding: torch.Tensor,
+    temperature: float,
+    form: str = "kl",
+    target_grad: str = "official",
+) -> torch.Tensor:
+    """Per-token augmented loss (N,) for ``logits`` (N, V), ``targets`` (N,), ``embedding`` L (V, d)."""
+    target_logits = embedding[targets] @ embedding.t() / temperature
+    log_y_tilde = torch.log_softmax(target_logits, dim=-1)
+    y_tilde = log_y_tilde.exp()
+    log_y_hat = torch.log_softmax(logits / temperature, dim=-1)
+    if target_grad == "full":
+        y_ce = y_tilde
+    else:
+        y_ce = y_tilde.detach()
+    cross_entropy = -(y_ce * log_y_hat).sum(-1)
+    if form == "ce":
+        return cross_entropy
+    if target_grad == "none":
+        neg_entropy = (y_tilde * log_y_tilde).sum(-1).detach()
+    else:
+        neg_entropy = (y_tilde * log_y_tilde).sum(-1)
+    return cross_entropy + neg_entropy
+
+
+@register_objective("al", ALConfig)
+class AugmentedLoss(nn.Module):
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+
+    @staticmethod
+    def validate_config(cfg) -> None:
+        if cfg.temperature <= 0:
+            raise ConfigError(f"objective.temperature={cfg.temperature} must be positive")
+        if cfg.alpha < 0:
+            raise ConfigError(f"objective.alpha={cfg.alpha} must be >= 0")
+        if cfg.form not in ("kl", "ce"):
+            raise ConfigError(f"objective.form={cfg.form!r} must be 'kl' or 'ce'")
+        if cfg.target_grad not in ("official", "none", "full"):
+            raise ConfigError(f"objective.target_grad={cfg.target_grad!r} must be 'official', 'none' or 'full'")
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
+        cfg = self.cfg
+        logits = model.logits(hidden)
+        nll = nn.functional.cross_entropy(logits, targets)
+        aug = augmented_loss(logits, targets, model.input_embedding, cfg.temperature, cfg.form, cfg.target_grad).mean()
+        return ObjectiveOutput(
+            token_loss=nll + cfg.alpha * aug, reg_loss=0.0, nll=nll.detach(), logs={"aug_loss": aug.item()}
+        )
+
+
+@register_objective("real", REALConfig)
+class REAL(AugmentedLoss):
+    @staticmethod
+    def validate_config(cfg) -> None:
+        AugmentedLoss.validate_config(cfg)
+        if cfg.tie_weights is not True:
+            raise ConfigError(
+                "objective=real is AL with tied weights: objective.tie_weights must stay true (use objective=al for untied)"
+            )

@@ -1,0 +1,57 @@
+"""Maximum likelihood, and RE (reused embeddings).
+
+MLE: ``loss = -1/N sum_t log softmax(W h_t + b)[y_t]`` (Inan 2017 eq. 2.4).
+
+RE (Inan, Khosravi & Socher 2017 Sec. 4; Inan & Khosravi 2016 eq. 6): the same loss with the
+output projection tied to the input embedding, ``logits = L^T h`` (``W = L^T``). Tying is a
+property of the model; ``objective=re`` forces it on (and ``model.tied_output_bias`` says whether the
+tied decoder keeps a bias: no for VD-LSTM, yes for AWD-LSTM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from losses import ObjectiveOutput, register_objective
+from reproduce.errors import ConfigError
+
+
+@dataclass
+class MLEConfig:
+    name: str = "mle"
+    # None: the model's own default (tied for AWD-LSTM, untied for the LSTMs of Inan et al.)
+    tie_weights: bool | None = None
+
+
+@dataclass
+class REConfig:
+    name: str = "re"
+    tie_weights: bool | None = True
+
+
+@register_objective("mle", MLEConfig)
+class MLE(nn.Module):
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+
+    @staticmethod
+    def validate_config(cfg) -> None:
+        pass
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
+        nll = nn.functional.cross_entropy(model.logits(hidden), targets)
+        return ObjectiveOutput(token_loss=nll, reg_loss=0.0, nll=nll.detach())
+
+
+@register_objective("re", REConfig)
+class RE(MLE):
+    @staticmethod
+    def validate_config(cfg) -> None:
+        if cfg.tie_weights is not True:
+            raise ConfigError(
+                "objective=re is MLE with tied weights: objective.tie_weights must stay true (use objective=mle for untied)"
+            )

@@ -1,0 +1,67 @@
+"""Model registry: ``build_model(cfg.model, vocab_size, tie_weights)``.
+
+Each architecture registers a config dataclass (stored in Hydra's ConfigStore as
+``model/schema_<arch>``) and a class. YAML files in ``conf/model/`` pick a schema in their defaults
+list and set the sizes of one paper model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from reproduce.errors import ConfigError
+
+_MODELS: dict[str, tuple[type, type]] = {}
+
+
+def register_model(arch: str, config_cls: type) -> Callable[[type], type]:
+    def wrap(model_cls: type) -> type:
+        _MODELS[arch] = (model_cls, config_cls)
+        ConfigStore.instance().store(group="model", name=f"schema_{arch}", node=config_cls)
+        return model_cls
+
+    return wrap
+
+
+def _entry(model_cfg: Any) -> tuple[type, type]:
+    arch = model_cfg.arch
+    if arch not in _MODELS:
+        raise ConfigError(f"model.arch={arch!r} is not a known architecture ({', '.join(sorted(_MODELS))})")
+    return _MODELS[arch]
+
+
+def width_fields(model_cfg: Any) -> tuple[str, ...]:
+    """Names of the size fields that ``scale.width_mult`` multiplies."""
+    return _entry(model_cfg)[0].WIDTH_FIELDS
+
+
+def validate_model(model_cfg: Any) -> None:
+    _entry(model_cfg)[0].validate_config(model_cfg)
+
+
+def resolve_tie(model_cfg: Any, objective_cfg: Any) -> bool:
+    """The objective may force tying (``re``, ``real``); otherwise the model's default holds."""
+    tie = objective_cfg.get("tie_weights") if objective_cfg is not None else None
+    return bool(model_cfg.tie_weights) if tie is None else bool(tie)
+
+
+def build_model(model_cfg: Any, vocab_size: int, tie_weights: bool | None = None):
+    """Instantiate ``model_cfg`` for a vocabulary of ``vocab_size`` types.
+
+    ``tie_weights`` overrides the config's own flag (the objective decides, see ``resolve_tie``). A
+    model whose embedding size differs from its last hidden size cannot be tied: that is a
+    ConfigError, not a shape crash.
+    """
+    model_cls, config_cls = _entry(model_cfg)
+    if isinstance(model_cfg, DictConfig):
+        model_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_cls), model_cfg))
+    tie = model_cfg.tie_weights if tie_weights is None else tie_weights
+    model_cls.check_tie(model_cfg, tie)
+    return model_cls(model_cfg, vocab_size, tie)
+
+
+from models import awd_lstm, lstm_lm  # noqa: E402,F401  (register the architectures)

@@ -1,0 +1,340 @@
+"""Typed configuration: one dataclass per config group, stored in Hydra's ConfigStore.
+
+Every YAML option under ``conf/<group>/`` starts from one of these schemas (through its defaults
+list), so a misspelled key or a value of the wrong type fails at composition time, naming the key:
+``objective.gama=1`` -> "Key 'gama' not in 'CosRegConfig'".
+
+The flow of one run: Hydra composes ``conf/config.yaml`` -> :func:`finalize` resolves interpolations,
+applies the ``scale`` caps, checks values that only make sense together, and computes the config
+hash that identifies the experiment in the ledger.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from reproduce.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+# --------------------------------------------------------------------------------------------------
+# groups shared by every run (model and objective schemas live next to their code and register
+# themselves: see models/__init__.py and losses/__init__.py)
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class DatasetConfig:
+    """A word-level corpus with train/valid/test splits.
+
+    ``source``: ``auto`` uses ``local`` when a data directory is given (``data_dir`` or the
+    ``REPDEGEN_DATA_DIR`` environment variable) and the Hugging Face hub otherwise; ``disk`` reads a
+    ``DatasetDict`` saved with ``save_to_disk``; ``text`` reads plain files through
+    ``datasets.load_dataset("text", data_files=...)``.
+    """
+
+    name: str = MISSING
+    source: str = "auto"
+    data_dir: str | None = None
+    local_dir: str = MISSING
+    files: dict[str, str] = field(default_factory=dict)
+    hub_name: str | None = None
+    hub_config: str | None = None
+    hub_splits: dict[str, str] = field(
+        default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
+    )
+    text_field: str = "text"
+    disk_path: str | None = None
+    text_files: dict[str, str] | None = None
+    # what the papers' corpus has; a mismatch is reported (never silently accepted)
+    vocab_size: int | None = None
+    eos: str = "<eos>"
+    unk: str = "<unk>"
+    # truncation (set by the scale; None = whole split)
+    train_tokens: int | None = None
+    eval_tokens: int | None = None
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and learning-rate schedule.
+
+    ``name``: ``sgd`` | ``adam`` | ``ntasgd`` (SGD that switches to averaged SGD when validation stops
+    improving, Merity et al. 2018). Schedule: epochs ``1..decay_after_epoch`` run at ``lr``; epoch
+    ``e`` after that runs at ``lr * lr_decay ** (e - decay_after_epoch)`` (``lr_decay=1``: constant).
+    """
+
+    name: str = "sgd"
+    lr: float = 1.0
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    lr_decay: float = 1.0
+    decay_after_epoch: int = 0
+    clip_grad_norm: float | None = 5.0
+    nonmono: int = 5
+
+
+@dataclass
+class CacheConfig:
+    """Continuous cache pointer (Grave et al. 2017) at evaluation, as in AWD-LSTM's pointer.py."""
+
+    enabled: bool = False
+    window: int = 500
+    theta: float = 1.0
+    lambdah: float = 0.1
+    bptt: int = 2000
+
+
+@dataclass
+class TrainerConfig:
+    """One training loop for every model and objective.
+
+    ``loss_reduction``: ``mean`` (mean over tokens, the PyTorch convention) or ``sum_over_time``
+    (summed over the BPTT steps and averaged over the batch, the TensorFlow PTB tutorial convention
+    used by Zaremba et al. and Inan et al.; it multiplies the gradient by ``bptt``).
+    """
+
+    max_epochs: int = 40
+    batch_size: int = 20
+    bptt: int = 35
+    variable_bptt: bool = False
+    loss_reduction: str = "mean"
+    eval_batch_size: int = 10
+    eval_bptt: int = 35
+    test_batch_size: int = 1
+    early_stopping: int | None = None
+    finetune_epochs: int = 0
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    # metrics of the output embedding at every evaluation
+    spectrum: bool = True
+    # run control: these do not change results and are left out of the config hash
+    device: str = "auto"
+    resume: bool = False
+    progress: bool = True
+    log_interval: int = 200
+    stop_after_epochs: int | None = None
+
+
+@dataclass
+class ScaleConfig:
+    """How far a run is shrunk from the paper's setting.
+
+    ``paper``: the papers' hyperparameters. ``lite``: about one GPU-hour per table. ``smoke``: minutes
+    on a 2-core CPU. Caps apply on top of the experiment preset; per-experiment budgets live in
+    ``conf/scale_patch/<experiment>/<scale>.yaml``.
+    """
+
+    name: str = "paper"
+    max_epochs: int | None = None
+    finetune_epochs: int | None = None
+    train_tokens: int | None = None
+    eval_tokens: int | None = None
+    width_mult: float = 1.0
+    min_width: int = 8
+    cache_window: int | None = None
+
+
+@dataclass
+class LoggerConfig:
+    """``none`` (default) or ``wandb`` (offline unless ``mode=online``)."""
+
+    name: str = "none"
+    project: str = "repdegen"
+    group: str | None = None
+    mode: str = "offline"
+
+
+@dataclass
+class PathsConfig:
+    output_dir: str = "outputs"
+    runs_dir: str = "${paths.output_dir}/runs"
+    cache_dir: str = "${paths.output_dir}/cache"
+    tables_dir: str = "results/tables"
+
+
+@dataclass
+class Config:
+    model: Any = MISSING
+    dataset: DatasetConfig = MISSING
+    objective: Any = MISSING
+    optim: OptimConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    scale: ScaleConfig = MISSING
+    logger: LoggerConfig = MISSING
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    seed: int = 1
+    # the Hydra choices (experiment, model, objective...), filled in by the entry points
+    choices: dict[str, str] = field(default_factory=dict)
+
+
+def register_base_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(group="dataset", name="base_dataset", node=DatasetConfig)
+    cs.store(group="optim", name="base_optim", node=OptimConfig)
+    cs.store(group="trainer", name="base_trainer", node=TrainerConfig)
+    cs.store(group="scale", name="base_scale", node=ScaleConfig)
+    cs.store(group="logger", name="base_logger", node=LoggerConfig)
+
+
+_REGISTERED = False
+
+
+def register_all() -> None:
+    """Register every schema (ours, the models', the objectives') in the ConfigStore once."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    register_base_configs()
+    import losses  # noqa: F401  (registers objective schemas)
+    import models  # noqa: F401  (registers model schemas)
+
+    _REGISTERED = True
+
+
+# --------------------------------------------------------------------------------------------------
+# finalize: resolve, scale, validate, hash
+# --------------------------------------------------------------------------------------------------
+# Keys that say where things live or how a run is driven, not what is computed: they are left out
+# of the config hash, so the same experiment is found again from another machine or directory.
+HASH_EXCLUDED = (
+    "paths",
+    "logger",
+    "choices",
+    "dataset.source",
+    "dataset.data_dir",
+    "dataset.disk_path",
+    "dataset.text_files",
+    "dataset.hub_name",
+    "dataset.hub_config",
+    "dataset.hub_splits",
+    "dataset.text_field",
+    "dataset.local_dir",
+    "dataset.files",
+    "trainer.device",
+    "trainer.resume",
+    "trainer.progress",
+    "trainer.log_interval",
+    "trainer.stop_after_epochs",
+)
+
+VALID_CHOICES = {
+    "optim.name": ("sgd", "adam", "ntasgd"),
+    "trainer.loss_reduction": ("mean", "sum_over_time"),
+    "trainer.device": ("auto", "cpu", "cuda"),
+    "dataset.source": ("auto", "local", "hub", "disk", "text"),
+    "logger.name": ("none", "wandb"),
+    "logger.mode": ("offline", "online", "disabled"),
+}
+
+
+def _check_choice(cfg: DictConfig, key: str, allowed: tuple[str, ...]) -> None:
+    value = OmegaConf.select(cfg, key)
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}; set {key}=<one of those>")
+
+
+def _check_positive(cfg: DictConfig, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value <= 0:
+            raise ConfigError(f"{key}={value} must be positive")
+
+
+def apply_scale(cfg: DictConfig) -> None:
+    """Apply the scale's caps in place: epochs, split sizes, widths."""
+    s = cfg.scale
+    if s.max_epochs is not None:
+        cfg.trainer.max_epochs = min(cfg.trainer.max_epochs, s.max_epochs)
+    if s.finetune_epochs is not None:
+        cfg.trainer.finetune_epochs = min(cfg.trainer.finetune_epochs, s.finetune_epochs)
+    if s.train_tokens is not None:
+        cfg.dataset.train_tokens = s.train_tokens
+    if s.eval_tokens is not None:
+        cfg.dataset.eval_tokens = s.eval_tokens
+    if s.cache_window is not None:
+        cfg.trainer.cache.window = min(cfg.trainer.cache.window, s.cache_window)
+    if s.width_mult != 1.0:
+        from models import width_fields
+
+        for key in width_fields(cfg.model):
+            if cfg.model[key] is not None:
+                cfg.model[key] = max(s.min_width, int(round(cfg.model[key] * s.width_mult)))
+
+
+def finalize(cfg: DictConfig) -> DictConfig:
+    """Resolve every interpolation, apply the scale, validate, and return a read-only copy.
+
+    The returned config is what a run uses and what its ``result.json`` records.
+    """
+    cfg = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(cfg, False)
+    OmegaConf.resolve(cfg)
+    if cfg.get("_finalized", False):
+        OmegaConf.set_readonly(cfg, True)
+        return cfg
+    apply_scale(cfg)
+    for key, allowed in VALID_CHOICES.items():
+        _check_choice(cfg, key, allowed)
+    _check_positive(
+        cfg,
+        (
+            "trainer.max_epochs",
+            "trainer.batch_size",
+            "trainer.bptt",
+            "trainer.eval_batch_size",
+            "trainer.eval_bptt",
+            "trainer.test_batch_size",
+            "optim.lr",
+            "dataset.train_tokens",
+            "dataset.eval_tokens",
+        ),
+    )
+    from losses import validate_objective
+    from models import resolve_tie, validate_model
+
+    validate_model(cfg.model)
+    validate_objective(cfg.objective)
+    # one canonical place for tying, so `objective.tie_weights: null` and an explicit equal value hash alike
+    tie = resolve_tie(cfg.model, cfg.objective)
+    cfg.model.tie_weights = tie
+    cfg.objective.tie_weights = tie
+    OmegaConf.set_struct(cfg, False)
+    cfg._finalized = True
+    OmegaConf.set_struct(cfg, True)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def _drop(container: dict, dotted: str) -> None:
+    node = container
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.get(part)
+        if not isinstance(node, dict):
+            return
+    node.pop(parts[-1], None)
+
+
+def hashed_view(cfg: DictConfig) -> dict:
+    """The part of a finalized config that defines the experiment (see HASH_EXCLUDED)."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("_finalized", None)
+    for key in HASH_EXCLUDED:
+        _drop(container, key)
+    return container
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """A short, stable identifier of the experiment a finalized config describes."""
+    blob = json.dumps(hashed_view(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

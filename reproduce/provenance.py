@@ -1,0 +1,59 @@
+"""Where and with what a result was produced: git commit, hardware, software versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> dict:
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = run("rev-parse", "HEAD") or "unknown"
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "unknown", False
+    return {"commit": commit, "dirty": dirty}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware(device: torch.device | str | None = None) -> dict:
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device) if device is not None else "cpu",
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def hardware_summary(hw: dict) -> str:
+    if str(hw.get("device", "cpu")).startswith("cuda") and hw.get("gpu"):
+        return f"{hw['gpu']} (torch {hw['torch']})"
+    return f"CPU: {hw.get('cpu')} x{hw.get('torch_threads')} threads (torch {hw['torch']})"

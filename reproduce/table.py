@@ -1,0 +1,262 @@
+"""Regenerate a paper table: run the cells that are missing from the ledger, then render.
+
+    python -m reproduce.table table=inan2017_t1 scale=smoke
+    python -m reproduce.table table=gao2019_t1 scale=lite trainer.device=cuda   # any training-config
+                                                                               # override goes to every cell
+    make reproduce-table TABLE=inan2017_t1 SCALE=lite
+
+A table (``conf/table/<name>.yaml``) lists rows; a row names an experiment preset plus overrides
+and carries the paper's numbers. Each row becomes a cell: the config ``reproduce.train`` would
+compose from ``experiment=<row.experiment> scale=<scale> <row.overrides>``. Cells whose config hash
+is complete in the ledger are not run again; unfinished ones resume from their checkpoint; a failed
+cell is reported and does not stop the others. Output: ``<paths.tables_dir>/<table>/<scale>/``
+(``table.md``, ``table.csv``, ``table.tex``, ``cells.json``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
+from reproduce.config import PathsConfig, ScaleConfig, config_hash, finalize, register_all
+from reproduce.errors import UserError, exit_on_user_error
+from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json
+from reproduce.provenance import git_commit, hardware_summary
+
+SCALE_NOTES = {
+    "paper": "the papers' hyperparameters",
+    "lite": "about one GPU-hour per table; fewer epochs than the paper",
+    "smoke": "minutes on a CPU: widths x0.1, 1 epoch on 30k tokens, 5k evaluation tokens; checks plumbing, not numbers",
+}
+
+
+@dataclass
+class TableRow:
+    label: str = MISSING
+    # None: a row of other work, shown with the paper's number only
+    experiment: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    # which stage of the run the numbers come from: final | finetune | cache
+    stage: str = "final"
+    paper: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class TableConfig:
+    name: str = MISSING
+    title: str = MISSING
+    source: str = MISSING
+    columns: list[str] = field(default_factory=lambda: ["valid_ppl", "test_ppl"])
+    rows: list[TableRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TableAppConfig:
+    table: TableConfig = MISSING
+    scale: ScaleConfig = MISSING
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    # overrides of the training config for every cell. On the command line, arguments that name the
+    # training config's keys (trainer.device=cuda, dataset.data_dir=..., logger=wandb) land here.
+    overrides: list[str] = field(default_factory=list)
+    # render from the ledger without running anything
+    render_only: bool = False
+
+
+def register_table_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(group="table", name="schema_table", node=TableConfig)
+    cs.store(name="table_app_base", node=TableAppConfig)
+
+
+register_all()
+register_table_configs()
+
+
+@dataclass
+class Cell:
+    rows: list[int]
+    label: str
+    cfg: DictConfig
+    config_hash: str
+
+
+def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
+    """The config ``reproduce.train experiment=... <overrides>`` would run (Hydra must be initialized)."""
+    cfg = hydra.compose(config_name="config", overrides=[f"experiment={experiment}", *overrides], return_hydra_config=True)
+    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
+    OmegaConf.set_struct(cfg, False)
+    del cfg["hydra"]
+    cfg.choices = choices
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def expand_cells(app: DictConfig) -> list[Cell]:
+    paths = [f"paths.{k}={v}" for k, v in OmegaConf.to_container(app.paths, resolve=True).items()]
+    extra = list(app.overrides)
+    cells: dict[str, Cell] = {}
+    for i, row in enumerate(app.table.rows):
+        if row.experiment is None:
+            continue
+        overrides = [f"scale={app.scale.name}", *row.overrides, *extra, *paths]
+        try:
+            cfg = finalize(compose_cell(row.experiment, overrides))
+        except UserError:
+            raise
+        except Exception as err:  # a composition error names the bad row, not just the key
+            where = f"{row.experiment} {' '.join(row.overrides)}"
+            raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {err}") from None
+        h = config_hash(cfg)
+        if h in cells:
+            cells[h].rows.append(i)
+        else:
+            label = f"{row.experiment} {' '.join(row.overrides)}".strip()
+            cells[h] = Cell([i], label, cfg, h)
+    return list(cells.values())
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def run_cells(cells: list[Cell], ledger: Ledger) -> dict[str, str]:
+    """Run every cell not complete in the ledger, one at a time; return {hash: status}."""
+    from reproduce.train import train
+
+    todo = [c for c in cells if not ledger.is_complete(c.config_hash)]
+    status = {c.config_hash: STATUS_COMPLETE for c in cells if c not in todo}
+    print(f"repdegen: {len(cells)} cells, {len(cells) - len(todo)} already complete, {len(todo)} to run", flush=True)
+    for k, cell in enumerate(todo, 1):
+        print(f"repdegen: [{k}/{len(todo)}] {cell.label} [{cell.config_hash}]", flush=True)
+        cfg = OmegaConf.to_container(cell.cfg)
+        cfg["trainer"]["resume"] = True
+        try:
+            record = train(OmegaConf.create(cfg))
+            status[cell.config_hash] = record.get("status", "failed")
+        except UserError as err:
+            print(f"repdegen: cell {cell.label} failed: {err}", file=sys.stderr, flush=True)
+            status[cell.config_hash] = "failed"
+        except Exception as err:  # a bug in one cell must not lose the others
+            print(f"repdegen: cell {cell.label} crashed: {type(err).__name__}: {err} "
+                  f"(log: {ledger.run_dir(cell.config_hash)})", file=sys.stderr, flush=True)
+            status[cell.config_hash] = "failed"
+    return status
+
+
+def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger) -> tuple[list[RenderedRow], list[dict]]:
+    by_row = {i: c for c in cells for i in c.rows}
+    rows, records = [], []
+    for i, row in enumerate(app.table.rows):
+        paper = {k: (float(v) if v is not None else None) for k, v in (row.paper or {}).items()}
+        cell = by_row.get(i)
+        if cell is None:
+            rows.append(RenderedRow(row.label, row.group, paper, {}, "paper-only", row.note))
+            continue
+        record = ledger.load(cell.config_hash)
+        ours: dict[str, float | None] = {}
+        status = "missing" if record is None else record.get("status", "missing")
+        if record is not None and status == STATUS_COMPLETE:
+            stage = record["metrics"].get(row.stage, {})
+            for col in app.table.columns:
+                if col == "params":
+                    ours[col] = record["parameters"]["total"] / 1e6
+                else:
+                    ours[col] = stage.get(col)
+            records.append(record)
+        rows.append(RenderedRow(row.label, row.group, paper, ours, status, row.note, cell.config_hash))
+    return rows, records
+
+
+def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Path:
+    t = app.table
+    hw = sorted({hardware_summary(r["hardware"]) for r in records}) or ["n/a"]
+    commits = {r["git"]["commit"] for r in records}
+    if not commits or commits == {git_commit()["commit"]}:
+        git = git_commit()
+    else:  # cells run at different commits: name them all
+        git = {"commit": "+".join(sorted(c[:10] for c in commits))}
+    meta = {
+        "source": t.source,
+        "scale": app.scale.name,
+        "scale_note": SCALE_NOTES.get(app.scale.name, ""),
+        "git": git,
+        "hardware": "; ".join(hw),
+        "wall_time": _fmt_seconds(sum(r.get("wall_time_s", 0.0) for r in records)),
+        "generated": dt.datetime.now().isoformat(timespec="seconds"),
+    }
+    out = Path(app.paths.tables_dir) / t.name / app.scale.name
+    columns = list(t.columns)
+    markdown = to_markdown(t.title, columns, rows, meta, list(t.notes))
+    atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
+    atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
+    atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta).encode()))
+    atomic_write_json(out / "cells.json", {
+        "table": t.name, "scale": app.scale.name, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "meta": meta,
+        "cells": [{"label": r.label, "status": r.status, "config_hash": r.config_hash,
+                   "run_dir": str(Path(app.paths.runs_dir) / r.config_hash) if r.config_hash else None} for r in rows],
+    })
+    print(markdown)
+    print(f"repdegen: wrote {out}/table.{{md,csv,tex}}")
+    return out
+
+
+def run_table(app: DictConfig) -> int:
+    """Run what is missing and render; return the number of cells that did not complete."""
+    start = time.time()
+    cells = expand_cells(app)
+    ledger = Ledger(app.paths.runs_dir)
+    if not app.render_only:
+        run_cells(cells, ledger)
+    rows, records = collect_rows(app, cells, ledger)
+    render(app, rows, records)
+    unfinished = [r for r in rows if r.status not in (STATUS_COMPLETE, "paper-only")]
+    print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len({r.config_hash for r in unfinished})}"
+          f"/{len(cells)} cells complete ({time.time() - start:.0f}s)")
+    return len({r.config_hash for r in unfinished})
+
+
+# top-level keys of the training config: command-line arguments naming them go to every cell
+CELL_KEYS = ("model", "dataset", "objective", "optim", "trainer", "logger", "seed")
+_CELL_ARGS: list[str] = []
+
+
+def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split command-line overrides into the table app's own and those for every cell."""
+    own, cell = [], []
+    for arg in argv:
+        key = arg.lstrip("+~").split("=", 1)[0].split(".")[0]
+        (cell if key in CELL_KEYS else own).append(arg)
+    return own, cell
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="table_app")
+def _main(app: DictConfig) -> None:
+    app.overrides = [*app.overrides, *_CELL_ARGS]
+    failed = exit_on_user_error(run_table)(app)
+    if failed:
+        sys.exit(1)
+
+
+def main() -> None:
+    own, cell = split_cell_args(sys.argv[1:])
+    _CELL_ARGS[:] = cell
+    sys.argv[1:] = own
+    _main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""The one training loop: SGD, Adam or NT-ASGD; truncated BPTT carrying the state across segments;
+per-epoch validation; early stopping; AWD-LSTM's finetune stage; an atomic checkpoint after every
+epoch from which ``trainer.resume=true`` continues to the same result (bit-identical on CPU).
+
+Schedules (``optim``): epochs ``1..decay_after_epoch`` at ``lr``, then ``lr * lr_decay**(e - k)``.
+NT-ASGD (Merity et al. 2018, as awd-lstm-lm/main.py): SGD until the validation loss is worse than
+the best of all but the last ``nonmono`` evaluations, then ``torch.optim.ASGD(t0=0, lambd=0)``;
+from then on validation (and the saved best model) uses the averaged weights. Finetune (as
+finetune.py): restart ASGD from the best model and stop at the first non-monotone trigger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from analysis.evaluate import evaluate_nll
+from analysis.metrics import embedding_metrics
+from data.batching import batchify, bptt_segments, get_batch
+from reproduce.errors import UserError
+from reproduce.ledger import atomic_torch_save
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class SimulatedInterrupt(Exception):
+    """Raised after ``trainer.stop_after_epochs`` epochs (tests of kill-and-resume)."""
+
+
+@dataclass
+class RunState:
+    """Everything besides weights and optimizer state that a checkpoint must restore."""
+
+    stage: str = "train"  # train | finetune | done
+    epoch: int = 0  # last completed epoch of the current stage
+    best_val: float = math.inf
+    best_epoch: int = 0
+    val_history: list[float] = field(default_factory=list)  # NT-ASGD / finetune trigger
+    optimizer_name: str = "sgd"
+    asgd_epoch: int | None = None
+    epochs_since_best: int = 0
+    stopped_early: bool = False
+    history: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    stage_best_val: float = math.inf  # finetune's own best (starts at the loaded model's loss)
+
+
+def nonmonotone_trigger(history: list[float], value: float, nonmono: int) -> bool:
+    """Merity et al. (2018)'s rule: ``value`` is worse than the best of all but the last ``nonmono``
+    earlier validation losses (``history``)."""
+    return len(history) > nonmono and value > min(history[: len(history) - nonmono])
+
+
+def _uses_averaging(optimizer) -> bool:
+    return isinstance(optimizer, torch.optim.ASGD)
+
+
+@contextlib.contextmanager
+def averaged_weights(params, optimizer):
+    """Swap ASGD's running averages into the parameters for the duration of the block."""
+    if not _uses_averaging(optimizer):
+        yield
+        return
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p in params:
+            ax = optimizer.state.get(p, {}).get("ax")
+            if ax is not None:
+                p.copy_(ax)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, s in zip(params, saved):
+                p.copy_(s)
+
+
+class Trainer:
+    def __init__(self, cfg, model, objective, corpus, run_dir: Path, device: torch.device, logger=None):
+        self.cfg = cfg
+        self.t = cfg.trainer
+        self.o = cfg.optim
+        self.model = model
+        self.objective = objective
+        self.corpus = corpus
+        self.run_dir = Path(run_dir)
+        self.device = device
+        self.logger = logger
+        self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
+        self.train_stream = batchify(corpus.train, self.t.batch_size).to(device)
+        self.bptt_rng = np.random.default_rng(cfg.seed)
+        self.state = RunState(optimizer_name="sgd" if self.o.name == "ntasgd" else self.o.name)
+        self.optimizer = self.make_optimizer(self.state.optimizer_name)
+        self.on_epoch_end = None  # callback(record) used by train.py to update result.json
+
+    # ---------------------------------------------------------------------------------------------
+    def make_optimizer(self, name: str):
+        o = self.o
+        if name == "sgd":
+            return torch.optim.SGD(self.params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        if name == "adam":
+            return torch.optim.Adam(self.params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+        if name == "asgd":
+            return torch.optim.ASGD(self.params, lr=o.lr, t0=0, lambd=0.0, weight_decay=o.weight_decay)
+        raise ValueError(name)
+
+    def lr_for_epoch(self, epoch: int) -> float:
+        if self.state.stage == "finetune" or self.state.optimizer_name == "asgd":
+            return self.o.lr
+        return self.o.lr * self.o.lr_decay ** max(epoch - self.o.decay_after_epoch, 0)
+
+    # ---------------------------------------------------------------------------------------------
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.pt"
+
+    def save_checkpoint(self) -> None:
+        atomic_torch_save(
+            self.checkpoint_path(),
+            {
+                "run_state": asdict(self.state),
+                "model": self.model.state_dict(),
+                "objective": self.objective.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng_torch": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "rng_bptt": self.bptt_rng.bit_generator.state,
+            },
+        )
+
+    def load_checkpoint(self) -> bool:
+        path = self.checkpoint_path()
+        if not path.is_file():
+            return False
+        ckpt = torch.load(path, map_location=self.device, weights_only=False)
+        self.state = RunState(**ckpt["run_state"])
+        self.model.load_state_dict(ckpt["model"])
+        self.objective.load_state_dict(ckpt["objective"])
+        self.optimizer = self.make_optimizer(self.state.optimizer_name)
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng_torch"])
+        if ckpt["rng_cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+        self.bptt_rng.bit_generator.state = ckpt["rng_bptt"]
+        return True
+
+    def save_weights(self, name: str) -> None:
+        atomic_torch_save(self.run_dir / name, {"model": self.model.state_dict(), "objective": self.objective.state_dict()})
+
+    def load_weights(self, name: str) -> None:
+        blob = torch.load(self.run_dir / name, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(blob["model"])
+        self.objective.load_state_dict(blob["objective"])
+
+    # ---------------------------------------------------------------------------------------------
+    def train_epoch(self, epoch: int) -> dict:
+        t, model, objective, opt = self.t, self.model, self.objective, self.optimizer
+        model.train()
+        objective.train()
+        lr = self.lr_for_epoch(epoch)
+        rng = self.bptt_rng if t.variable_bptt else None
+        max_len = t.bptt + 10 if (t.variable_bptt and self.state.stage == "finetune") else None
+        segments = list(bptt_segments(self.train_stream, t.bptt, rng, max_len))
+        state = model.init_state(t.batch_size, self.device)
+        nll_sum, n_tok, start = 0.0, 0, time.time()
+        desc = f"{self.state.stage} epoch {epoch}"
+        bar = tqdm(segments, desc=desc, disable=not t.progress, leave=False, dynamic_ncols=True, mininterval=1.0)
+        for step, (i, seq_len) in enumerate(bar):
+            x, y = get_batch(self.train_stream, i, seq_len)
+            step_lr = lr * seq_len / t.bptt if t.variable_bptt else lr
+            for group in opt.param_groups:
+                group["lr"] = step_lr
+            state = model.detach_state(state)
+            out = model(x, state)
+            state = out.state
+            result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, step)
+            scale = seq_len if t.loss_reduction == "sum_over_time" else 1.0
+            loss = result.token_loss * scale + result.reg_loss + model.regularization(out)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(
+                    f"the training loss became {loss.item()} at {desc}, batch {step + 1}/{len(segments)} "
+                    f"(lr={step_lr:g}). The last good checkpoint (after epoch {self.state.epoch} of stage "
+                    f"{self.state.stage!r}) is kept at {self.checkpoint_path()}. Lower optim.lr or set "
+                    f"optim.clip_grad_norm, then rerun with trainer.resume=true"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.o.clip_grad_norm:
+                torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
+            opt.step()
+            nll_sum += result.nll.item() * y.numel()
+            n_tok += y.numel()
+            if t.progress and (step % 10 == 0 or step == len(segments) - 1):
+                mean = nll_sum / n_tok
+                bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
+                                tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:g}")
+        for group in opt.param_groups:
+            group["lr"] = lr
+        seconds = time.time() - start
+        mean = nll_sum / max(n_tok, 1)
+        return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr,
+                "tokens_per_s": n_tok / max(seconds, 1e-9), "epoch_seconds": seconds}
+
+    def evaluate(self, split: str, batch_size: int | None = None) -> dict:
+        t = self.t
+        bs = batch_size or (t.eval_batch_size if split == "valid" else t.test_batch_size)
+        bptt = t.eval_bptt if bs > 1 else max(t.eval_bptt, 256)
+        return evaluate_nll(self.model, self.corpus.split(split), bs, bptt, self.device)
+
+    def validate(self) -> dict:
+        with averaged_weights(self.params, self.optimizer):
+            val = self.evaluate("valid")
+            metrics = {"valid_nll": val["nll"], "valid_ppl": val["ppl"]}
+            metrics.update(embedding_metrics(self.model.output_embedding, spectrum=self.t.spectrum))
+        return metrics
+
+    # ---------------------------------------------------------------------------------------------
+    def _end_epoch(self, record: dict) -> None:
+        self.state.history.append(record)
+        self.save_checkpoint()
+        if self.on_epoch_end is not None:
+            self.on_epoch_end(self.state)
+        if self.logger is not None:
+            self.logger.log({k: v for k, v in record.items() if not isinstance(v, list)}, step=len(self.state.history))
+        brief = " | ".join(f"{k} {record[k]:.2f}" for k in ("train_ppl", "valid_ppl") if k in record)
+        print(f"[{record['stage']} epoch {record['epoch']:3d}] {brief} | I(W) {record['isotropy']:.3g} "
+              f"| mean cos {record['mean_cos']:.3f} | lr {record['lr']:g} | {record['epoch_seconds']:.0f}s", flush=True)
+        done = sum(1 for r in self.state.history)
+        if self.t.stop_after_epochs is not None and done >= self.t.stop_after_epochs:
+            raise SimulatedInterrupt(f"stopped after {done} epochs (trainer.stop_after_epochs)")
+
+    def _train_stage(self) -> None:
+        s, t, o = self.state, self.t, self.o
+        while s.stage == "train" and s.epoch < t.max_epochs:
+            epoch = s.epoch + 1
+            record = {"stage": "train", "epoch": epoch, **self.train_epoch(epoch)}
+            record.update(self.validate())
+            s.train_seconds += record["epoch_seconds"]
+            val = record["valid_nll"]
+            if val < s.best_val:
+                s.best_val, s.best_epoch, s.epochs_since_best = val, epoch, 0
+                with averaged_weights(self.params, self.optimizer):
+                    self.save_weights("best.pt")
+            else:
+                s.epochs_since_best += 1
+            if o.name == "ntasgd" and s.optimizer_name == "sgd":
+                if nonmonotone_trigger(s.val_history, val, o.nonmono):
+                    print(f"[train epoch {epoch:3d}] switching to ASGD (validation stopped improving)", flush=True)
+                    s.optimizer_name, s.asgd_epoch = "asgd", epoch
+                    self.optimizer = self.make_optimizer("asgd")
+                s.val_history.append(val)
+            s.epoch = epoch
+            if t.early_stopping is not None and s.epochs_since_best > t.early_stopping:
+                print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_best} epochs without improvement", flush=True)
+                s.stopped_early = True
+                s.stage = "trained"
+            elif epoch >= t.max_epochs:
+                s.stage = "trained"
+            self._end_epoch(record)
+        if s.stage == "train":  # max_epochs reached on resume with nothing left to do
+            s.stage = "trained"
+
+    def _finetune_stage(self) -> None:
+        s, t, o = self.state, self.t, self.o
+        if s.stage == "trained":
+            self.load_weights("best.pt")
+            s.stage, s.epoch = "finetune", 0
+            s.stage_best_val = self.evaluate("valid")["nll"]
+            s.val_history = []
+            s.optimizer_name = "asgd"
+            self.optimizer = self.make_optimizer("asgd")
+            self.save_weights("best_finetune.pt")
+        while s.stage == "finetune" and s.epoch < t.finetune_epochs:
+            epoch = s.epoch + 1
+            record = {"stage": "finetune", "epoch": epoch, **self.train_epoch(epoch)}
+            record.update(self.validate())
+            s.train_seconds += record["epoch_seconds"]
+            val = record["valid_nll"]
+            if val < s.stage_best_val:
+                s.stage_best_val = val
+                with averaged_weights(self.params, self.optimizer):
+                    self.save_weights("best_finetune.pt")
+            s.epoch = epoch
+            if nonmonotone_trigger(s.val_history, val, o.nonmono):
+                print(f"[finetune epoch {epoch:3d}] done: validation stopped improving", flush=True)
+                s.stage = "finetuned"
+            s.val_history.append(val)
+            if epoch >= t.finetune_epochs:
+                s.stage = "finetuned"
+            self._end_epoch(record)
+        s.stage = "finetuned"
+
+    def final_metrics(self, weights: str) -> dict:
+        self.load_weights(weights)
+        val, test = self.evaluate("valid"), self.evaluate("test")
+        metrics = {"valid_ppl": val["ppl"], "test_ppl": test["ppl"], "valid_nll": val["nll"], "test_nll": test["nll"]}
+        metrics.update(embedding_metrics(self.model.output_embedding, spectrum=True))
+        return metrics
+
+    def cache_metrics(self) -> dict:
+        from analysis.cache_pointer import evaluate_cache
+
+        c = self.t.cache
+        out = {}
+        for split in ("valid", "test"):
+            r = evaluate_cache(self.model, self.corpus.split(split), c.window, c.theta, c.lambdah, c.bptt, self.device)
+            out[f"{split}_ppl"], out[f"{split}_nll"] = r["ppl"], r["nll"]
+        return out
+
+    def fit(self) -> dict:
+        """Train (or continue) to the end; return the metrics of each stage."""
+        if self.state.stage == "train":
+            self._train_stage()
+        stages = {}
+        if self.t.finetune_epochs > 0:
+            if self.state.stage in ("trained", "finetune"):
+                self._finetune_stage()
+        stages["final"] = self.final_metrics("best.pt")
+        last = "best.pt"
+        if self.t.finetune_epochs > 0:
+            stages["finetune"] = self.final_metrics("best_finetune.pt")
+            last = "best_finetune.pt"
+        if self.t.cache.enabled:
+            self.load_weights(last)
+            stages["cache"] = self.cache_metrics()
+        return stages

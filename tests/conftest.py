@@ -1,0 +1,71 @@
+"""Shared fixtures: a tiny generated corpus laid out like ../shared/data, and config composition."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from reproduce.config import CONF_DIR, register_all
+
+register_all()
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+REAL_DATA = Path(os.environ.get("REPDEGEN_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+def make_sentences(n_tokens: int, seed: int, vocab: int = 40) -> list[str]:
+    """Zipf-ish sentences over w0..w{vocab-1} (plus <unk>), about n_tokens words in all."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)] + ["<unk>"]
+    weights = [1.0 / (i + 1) for i in range(len(words))]
+    lines, count = [], 0
+    while count < n_tokens:
+        n = rng.randint(3, 12)
+        lines.append(" ".join(rng.choices(words, weights, k=n)))
+        count += n + 1
+    return lines
+
+
+def write_tiny_corpus(root: Path, train_tokens: int = 3000, eval_tokens: int = 600) -> Path:
+    """PTB and WikiText-2 layouts with generated text; every valid/test word also occurs in train."""
+    for local, names in (("ptb", ("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt")),
+                         ("wikitext-2", ("train.txt", "valid.txt", "test.txt"))):
+        d = root / local
+        d.mkdir(parents=True, exist_ok=True)
+        for seed, (name, n) in enumerate(zip(names, (train_tokens, eval_tokens, eval_tokens))):
+            lines = make_sentences(n, seed)
+            if seed == 0:  # every word occurs in train, so valid/test have no unknown words
+                lines.insert(0, " ".join(f"w{i}" for i in range(40)) + " <unk>")
+            (d / name).write_text("".join(f" {line} \n" for line in lines))
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    return write_tiny_corpus(tmp_path_factory.mktemp("tinydata"))
+
+
+@pytest.fixture
+def compose_cfg(tmp_path, tiny_data):
+    """compose_cfg(*overrides) -> the DictConfig reproduce.train would get, on the tiny corpus."""
+
+    def _compose(*overrides: str, data_dir: Path | None = None, output_dir: Path | None = None):
+        base = [
+            f"paths.output_dir={output_dir or tmp_path / 'out'}",
+            f"dataset.data_dir={data_dir or tiny_data}",
+            "trainer.progress=false",
+        ]
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            return compose("config", overrides=[*base, *overrides])
+
+    return _compose
+
+
+def requires_real_data(*names: str):
+    missing = [n for n in names if not (REAL_DATA / n).is_dir()]
+    return pytest.mark.skipif(bool(missing), reason=f"real corpora not found under {REAL_DATA} (set REPDEGEN_DATA_DIR)")

@@ -1,0 +1,226 @@
+"""Objectives against independent computations: explicit float64 formulas, the analytic gradient of
+Inan et al. (2017) eq. 3.4, and the O(N^2) double sum of Gao et al. (2019) eq. 6."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from losses import build_objective, objective_names
+from losses.al import augmented_loss
+from losses.cosreg import cosine_regularizer
+from models import build_model
+from models.lstm_lm import LSTMLMConfig
+from reproduce.errors import ConfigError
+
+torch.manual_seed(0)
+V, D, N = 13, 6, 9
+
+
+class TinyModel(torch.nn.Module):
+    """Just an output layer: logits = h W^T + b, W = L when tied."""
+
+    def __init__(self, tied: bool, bias: bool = True):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(V, D)
+        self.tie_weights = tied
+        self.w = None if tied else torch.nn.Parameter(torch.randn(V, D))
+        self.b = torch.nn.Parameter(torch.randn(V)) if bias else None
+
+    @property
+    def input_embedding(self):
+        return self.embedding.weight
+
+    @property
+    def output_embedding(self):
+        return self.embedding.weight if self.tie_weights else self.w
+
+    @property
+    def output_bias(self):
+        return self.b
+
+    def logits(self, h):
+        return torch.nn.functional.linear(h, self.output_embedding, self.output_bias)
+
+
+def brute_nll(h, y, W, b):
+    """-1/N sum_t log(exp(z_t[y_t]) / sum_j exp(z_t[j])), written out in float64."""
+    h, W = h.double(), W.double()
+    total = 0.0
+    for t in range(h.size(0)):
+        z = [float(h[t] @ W[j] + (b[j] if b is not None else 0.0)) for j in range(W.size(0))]
+        m = max(z)
+        log_norm = m + math.log(sum(math.exp(v - m) for v in z))
+        total += log_norm - z[int(y[t])]
+    return total / h.size(0)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_mle_value_and_gradient(tied):
+    model = TinyModel(tied)
+    h = torch.randn(N, D, requires_grad=True)
+    y = torch.randint(0, V, (N,))
+    cfg_name = "re" if tied else "mle"
+    from omegaconf import OmegaConf
+
+    obj = build_objective(OmegaConf.create({"name": cfg_name, "tie_weights": tied}), V)
+    out = obj(h, y, model)
+    brute = brute_nll(h.detach(), y, model.output_embedding.detach(), model.b.detach())
+    assert out.token_loss.item() == pytest.approx(brute, rel=1e-6)
+    # gradient w.r.t. the logits is (softmax(z) - onehot(y)) / N
+    out.token_loss.backward()
+    z = model.logits(h.detach()).double()
+    dz = (torch.softmax(z, -1) - torch.nn.functional.one_hot(y, V).double()) / N
+    expected_dh = dz @ model.output_embedding.detach().double()
+    assert torch.allclose(h.grad.double(), expected_dh, atol=1e-6)
+
+
+def explicit_kl(logits, y, L, tau, detach_ce_target, detach_entropy):
+    """KL(y~ || y^) with y~ = softmax(L^T L[y] / tau), y^ = softmax(z / tau), as elementwise float64 ops."""
+    L64, z64 = L.double(), logits.double()
+    t = (L64[y] @ L64.t()) / tau
+    y_tilde = torch.exp(t - t.logsumexp(-1, keepdim=True))
+    log_y_hat = z64 / tau - (z64 / tau).logsumexp(-1, keepdim=True)
+    y_ce = y_tilde.detach() if detach_ce_target else y_tilde
+    y_ent = y_tilde.detach() if detach_entropy else y_tilde
+    return (y_ent * torch.log(y_ent)).sum(-1) - (y_ce * log_y_hat).sum(-1)
+
+
+@pytest.mark.parametrize("tau", [1.0, 2.5, 20.0])
+def test_augmented_loss_equals_explicit_kl(tau):
+    L = torch.randn(V, D)
+    z = torch.randn(N, V) * 3
+    y = torch.randint(0, V, (N,))
+    ours = augmented_loss(z, y, L, tau, form="kl")
+    ref = explicit_kl(z, y, L, tau, True, False)
+    assert torch.allclose(ours.double(), ref, atol=1e-5)
+    assert (ours >= -1e-6).all(), "a KL divergence is never negative"
+    # the CE form differs from the KL form by the entropy of y~ exactly
+    ce = augmented_loss(z, y, L, tau, form="ce")
+    t = (L[y] @ L.t()) / tau
+    entropy = -(torch.softmax(t, -1) * torch.log_softmax(t, -1)).sum(-1)
+    assert torch.allclose(ce - ours, entropy, atol=1e-5)
+
+
+@pytest.mark.parametrize("tau", [1.0, 20.0])
+def test_augmented_loss_logit_gradient_is_eq_3_4(tau):
+    """Inan et al. (2017) eq. 3.4: dJ_aug / dz = (y^ - y~) / tau."""
+    L = torch.randn(V, D)
+    z = (torch.randn(N, V) * 2).requires_grad_(True)
+    y = torch.randint(0, V, (N,))
+    augmented_loss(z, y, L, tau).sum().backward()
+    y_hat = torch.softmax(z.detach() / tau, -1)
+    y_tilde = torch.softmax((L[y] @ L.t()) / tau, -1)
+    assert torch.allclose(z.grad, (y_hat - y_tilde) / tau, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "target_grad,detach_ce,detach_ent", [("official", True, False), ("none", True, True), ("full", False, False)]
+)
+def test_augmented_loss_gradient_into_embedding(target_grad, detach_ce, detach_ent):
+    """Each target_grad option against autograd of the explicit formula with the matching detaches."""
+    L1 = torch.randn(V, D, dtype=torch.float64, requires_grad=True)
+    L2 = L1.detach().clone().requires_grad_(True)
+    h = torch.randn(N, D, dtype=torch.float64)
+    y = torch.randint(0, V, (N,))
+    # tied (REAL): the logits h L^T depend on L as well as the target distribution does
+    augmented_loss(h @ L1.t(), y, L1, 3.0, "kl", target_grad).sum().backward()
+    explicit_kl(h @ L2.t(), y, L2, 3.0, detach_ce, detach_ent).sum().backward()
+    assert torch.allclose(L1.grad, L2.grad, atol=1e-9)
+    # and the three options really differ
+    L3 = L1.detach().clone().requires_grad_(True)
+    other = "full" if target_grad != "full" else "none"
+    augmented_loss(h @ L3.t(), y, L3, 3.0, "kl", other).sum().backward()
+    assert not torch.allclose(L1.grad, L3.grad, atol=1e-6)
+
+
+def test_inan2016_target_is_softmax_of_LtLy():
+    """Inan & Khosravi (2016) eq. 7-8: v = L^T (L y), y~ = softmax(v); our temperature-1 case."""
+    L = torch.randn(V, D)
+    z = torch.randn(N, V)
+    y = torch.randint(0, V, (N,))
+    onehot = torch.nn.functional.one_hot(y, V).float()
+    v = onehot @ L @ L.t()  # row t: L^T (L y_t) in the paper's column layout
+    y_tilde = torch.softmax(v, -1)
+    kl = (y_tilde * (torch.log(y_tilde) - torch.log_softmax(z, -1))).sum(-1)
+    assert torch.allclose(augmented_loss(z, y, L, 1.0, "kl"), kl, atol=1e-5)
+
+
+def test_al_objective_combines_ce_and_weighted_kl():
+    from omegaconf import OmegaConf
+
+    model = TinyModel(tied=False)
+    h = torch.randn(N, D)
+    y = torch.randint(0, V, (N,))
+    cfg = OmegaConf.create(
+        {"name": "al", "alpha": 0.7, "temperature": 4.0, "form": "kl", "target_grad": "official", "tie_weights": False}
+    )
+    out = build_objective(cfg, V)(h, y, model)
+    z = model.logits(h)
+    expected = torch.nn.functional.cross_entropy(z, y) + 0.7 * explicit_kl(z, y, model.input_embedding, 4.0, True, False).mean()
+    assert out.token_loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert out.nll.item() == pytest.approx(torch.nn.functional.cross_entropy(z, y).item(), rel=1e-6)
+
+
+def brute_cosreg(W):
+    """gamma-free Gao eq. 6: 1/N^2 sum_i sum_{j != i} cos(w_i, w_j), as a double loop."""
+    n = W.size(0)
+    total = 0
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                total = total + torch.dot(W[i], W[j]) / (W[i].norm() * W[j].norm())
+    return total / n**2
+
+
+def test_cosreg_linear_form_equals_double_sum_value_and_gradient():
+    W1 = torch.randn(11, 5, dtype=torch.float64, requires_grad=True)
+    W2 = W1.detach().clone().requires_grad_(True)
+    fast, slow = cosine_regularizer(W1), brute_cosreg(W2)
+    assert fast.item() == pytest.approx(slow.item(), abs=1e-12)
+    fast.backward()
+    slow.backward()
+    assert torch.allclose(W1.grad, W2.grad, atol=1e-12)
+
+
+def test_cosreg_objective_adds_gamma_times_regularizer_once_per_step():
+    from omegaconf import OmegaConf
+
+    model = TinyModel(tied=True)
+    h = torch.randn(N, D)
+    y = torch.randint(0, V, (N,))
+    out = build_objective(OmegaConf.create({"name": "cosreg", "gamma": 2.5, "tie_weights": True}), V)(h, y, model)
+    assert out.token_loss.item() == pytest.approx(torch.nn.functional.cross_entropy(model.logits(h), y).item(), rel=1e-6)
+    brute = brute_cosreg(model.output_embedding.detach().double()).item()
+    assert float(out.reg_loss.detach()) == pytest.approx(2.5 * brute, rel=1e-6)
+
+
+def test_identical_rows_give_maximal_regularizer():
+    W = torch.ones(7, 3)
+    assert cosine_regularizer(W).item() == pytest.approx((7 * 7 - 7) / 49)
+
+
+def test_tying_an_incompatible_model_is_a_config_error():
+    cfg = LSTMLMConfig(name="odd", hidden_size=16, embedding_size=8)
+    with pytest.raises(ConfigError, match="embedding_size=8 and hidden_size=16"):
+        build_model(cfg, vocab_size=20, tie_weights=True)
+    build_model(cfg, vocab_size=20, tie_weights=False)  # untied is fine
+
+
+def test_re_and_real_refuse_untying():
+    from omegaconf import OmegaConf
+
+    from losses import validate_objective
+
+    for name in ("re", "real"):
+        cfg = OmegaConf.create(
+            {"name": name, "tie_weights": False, "alpha": 1.0, "temperature": 1.0, "form": "kl", "target_grad": "official"}
+        )
+        with pytest.raises(ConfigError, match="tie_weights must stay true"):
+            validate_objective(cfg)
+
+
+def test_registry_has_the_papers_objectives():
+    assert {"mle", "al", "re", "real", "cosreg"} <= set(objective_names())

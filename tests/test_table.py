@@ -1,0 +1,125 @@
+"""Tables: every table composes at every scale; a smoke table runs end to end on the tiny corpus,
+renders paper and ours side by side, is not re-run, and survives a failing cell."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import reproduce.train as train_mod
+from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
+from reproduce.config import CONF_DIR
+from reproduce.table import expand_cells, run_table
+
+TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
+
+
+def compose_app(table: str, scale: str, tmp_path: Path, data_dir: Path | None = None):
+    app = compose("table_app", overrides=[f"table={table}", f"scale={scale}", f"paths.output_dir={tmp_path}/out",
+                                         f"paths.tables_dir={tmp_path}/tables"])
+    app.overrides = [f"dataset.data_dir={data_dir or tmp_path}", "trainer.progress=false", "trainer.cache.bptt=50"]
+    return app
+
+
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("scale", ["paper", "lite", "smoke"])
+def test_every_table_expands_at_every_scale(table, scale, tmp_path):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app(table, scale, tmp_path)
+        cells = expand_cells(app)
+    rows_with_runs = [r for r in app.table.rows if r.experiment]
+    assert 0 < len(cells) <= len(rows_with_runs)
+    for cell in cells:
+        assert cell.cfg.scale.name == scale and cell.cfg.choices["experiment"] == app.table.rows[cell.rows[0]].experiment
+        for col in app.table.columns:
+            assert col in ("params", "valid_ppl", "test_ppl")
+    for row in app.table.rows:
+        assert row.paper, f"{table}: row {row.label!r} has no paper numbers"
+        assert row.stage in ("final", "finetune", "cache")
+
+
+def test_table_cells_dedupe_rows_of_one_run(tmp_path):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cells = expand_cells(compose_app("gao2019_t1", "paper", tmp_path))
+    assert len(cells) == 2 and sorted(len(c.rows) for c in cells) == [3, 3]
+
+
+def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("gao2019_t1", "smoke", tmp_path, tiny_data)
+        assert run_table(app) == 0
+        out = Path(app.paths.tables_dir) / "gao2019_t1" / "smoke"
+        md = (out / "table.md").read_text()
+        # the paper's numbers, ours, and the scale/commit/hardware header
+        assert "| MLE-CosReg (w.t. finetune) | 24.0 |" in md and "67.1" in md and "64.1" in md
+        assert "Scale: `smoke`" in md and "Commit:" in md and "Hardware:" in md
+        rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+        assert len(rows) == 7 and rows[0]["status"] == "paper-only"
+        ours = [r for r in rows if r["status"] == "complete"]
+        assert len(ours) == 6 and all(float(r["test_ppl_ours"]) > 1 for r in ours)
+        assert float(ours[0]["params_ours"]) < 1  # smoke width: a tiny model
+        # finetune and cache rows come from the same run's later stages
+        assert ours[0]["config_hash"] == ours[1]["config_hash"] == ours[2]["config_hash"]
+        assert ours[0]["test_ppl_ours"] != ours[2]["test_ppl_ours"]
+        assert "\\begin{tabular}" in (out / "table.tex").read_text()
+        capsys.readouterr()
+        assert run_table(app) == 0  # again: nothing to run
+        assert "2 cells, 2 already complete, 0 to run" in capsys.readouterr().out
+
+
+def test_a_failing_cell_does_not_stop_the_others(tiny_data, tmp_path, monkeypatch):
+    real_train = train_mod.train
+
+    def flaky(cfg):
+        if cfg.objective.name == "al":
+            raise RuntimeError("boom")
+        return real_train(cfg)
+
+    monkeypatch.setattr(train_mod, "train", flaky)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("inan2016_t1", "smoke", tmp_path, tiny_data)
+        assert run_table(app) == 1
+    md = (Path(app.paths.tables_dir) / "inan2016_t1" / "smoke" / "table.md").read_text()
+    assert "(not run)" in md or "(failed)" in md
+    assert md.count("| 200 hidden units") == 4 and "98.2" in md
+
+
+def test_command_line_splits_cell_overrides():
+    from reproduce.table import split_cell_args
+
+    own, cell = split_cell_args(["table=x", "scale=lite", "trainer.device=cuda", "logger=wandb", "+model.foo=1",
+                                 "paths.output_dir=o", "render_only=true", "seed=3"])
+    assert own == ["table=x", "scale=lite", "paths.output_dir=o", "render_only=true"]
+    assert cell == ["trainer.device=cuda", "logger=wandb", "+model.foo=1", "seed=3"]
+
+
+def test_render_formats_deltas_and_groups():
+    rows = [RenderedRow("A", "G1", {"test_ppl": 80.0}, {"test_ppl": 82.25}, "complete", config_hash="h1"),
+            RenderedRow("B", "G1", {"test_ppl": 90.0}, {"test_ppl": 88.0}, "complete", config_hash="h2"),
+            RenderedRow("C", "G2", {"test_ppl": 70.0}, {}, "paper-only")]
+    meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m", "generated": "now"}
+    md = to_markdown("T", ["test_ppl"], rows, meta, ["a note"])
+    assert "| A | 80.0 | 82.2 | +2.2 |" in md and "| B | 90.0 | 88.0 | −2.0 |" in md and "| C | 70.0 | – |  |" in md
+    assert md.count("**G1**") == 1 and "- a note" in md
+    parsed = list(csv.DictReader(io.StringIO(to_csv(["test_ppl"], rows))))
+    assert float(parsed[0]["test_ppl_delta"]) == pytest.approx(2.25)
+    tex = to_latex("T", ["test_ppl"], rows, meta)
+    assert "A & 80.0 & 82.2 & +2.2" in tex and "C & 70.0 & -- &" in tex
+
+
+def test_table_cli_renders(tmp_path, tiny_data):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=inan2016_t1", "scale=smoke", "render_only=true",
+                          f"paths.output_dir={tmp_path}/o", f"paths.tables_dir={tmp_path}/t", f"hydra.run.dir={tmp_path}/h",
+                          f"dataset.data_dir={tiny_data}", "trainer.progress=false"],
+                         cwd=repo, capture_output=True, text=True, timeout=120)
+    # nothing has run: the table renders with "(not run)" marks and the exit status says so
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "(not run)" in out.stdout and (tmp_path / "t" / "inan2016_t1" / "smoke" / "table.md").is_file()
