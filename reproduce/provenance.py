@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,6 +25,18 @@ def git_commit() -> dict:
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "unknown", False
     return {"commit": commit, "dirty": dirty}
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """How this process was started, as the user would type it: ``python -m reproduce.train a=b ...``."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]).resolve() if argv else Path("?")
+    try:
+        module = ".".join(script.relative_to(REPO_ROOT).with_suffix("").parts)
+        head = f"python -m {module}"
+    except ValueError:
+        head = Path(argv[0]).name if argv else "?"
+    return " ".join([head, *argv[1:]])
 
 
 def _cpu_model() -> str:

@@ -30,7 +30,7 @@ from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.config import PathsConfig, ScaleConfig, config_hash, finalize, register_all
 from reproduce.errors import UserError, exit_on_user_error
 from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json
-from reproduce.provenance import git_commit, hardware_summary
+from reproduce.provenance import command_line, git_commit, hardware_summary
 
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
@@ -204,7 +204,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
     atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta).encode()))
     atomic_write_json(out / "cells.json", {
-        "table": t.name, "scale": app.scale.name, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "table": t.name, "scale": app.scale.name, "command": command_line(_ORIGINAL_ARGV or None),
         "meta": meta,
         "cells": [{"label": r.label, "status": r.status, "config_hash": r.config_hash,
                    "run_dir": str(Path(app.paths.runs_dir) / r.config_hash) if r.config_hash else None} for r in rows],
@@ -232,6 +232,7 @@ def run_table(app: DictConfig) -> int:
 # top-level keys of the training config: command-line arguments naming them go to every cell
 CELL_KEYS = ("model", "dataset", "objective", "optim", "trainer", "logger", "seed")
 _CELL_ARGS: list[str] = []
+_ORIGINAL_ARGV: list[str] = []
 
 
 def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -252,6 +253,7 @@ def _main(app: DictConfig) -> None:
 
 
 def main() -> None:
+    _ORIGINAL_ARGV[:] = sys.argv
     own, cell = split_cell_args(sys.argv[1:])
     _CELL_ARGS[:] = cell
     sys.argv[1:] = own

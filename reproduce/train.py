@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import sys
 import time
-from pathlib import Path
 
 import hydra
 import torch
@@ -28,7 +26,7 @@ from reproduce.config import config_hash, finalize, register_all
 from reproduce.errors import ConfigError, exit_on_user_error
 from reproduce.ledger import STATUS_COMPLETE, Ledger
 from reproduce.loggers import make_logger
-from reproduce.provenance import git_commit, hardware
+from reproduce.provenance import command_line, git_commit, hardware
 from reproduce.trainer import SimulatedInterrupt, Trainer, TrainingDiverged
 
 register_all()
@@ -100,7 +98,7 @@ def train(cfg: DictConfig) -> dict:
         "config_hash": h,
         "scale": cfg.scale.name,
         "choices": dict(cfg.choices or {}),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command_line(),
         "config": plain_config(cfg),
         "parameters": {"total": n_params, "by_part": model.parameter_breakdown(), "tie_weights": tie},
         "corpus": corpus.provenance,
