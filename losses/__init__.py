@@ -8,17 +8,15 @@ Adding one = a module here with a config dataclass and a class registered with
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
 
-from reproduce.errors import ConfigError
+from reproduce.registry import Registry
 
-_OBJECTIVES: dict[str, tuple[type, type]] = {}
+OBJECTIVES = Registry("objective", "name")
+register_objective = OBJECTIVES.register
 
 
 @dataclass
@@ -34,34 +32,16 @@ class ObjectiveOutput:
     logs: dict[str, float] = field(default_factory=dict)
 
 
-def register_objective(name: str, config_cls: type) -> Callable[[type], type]:
-    def wrap(cls: type) -> type:
-        _OBJECTIVES[name] = (cls, config_cls)
-        ConfigStore.instance().store(group="objective", name=f"schema_{name}", node=config_cls)
-        return cls
-
-    return wrap
-
-
-def _entry(cfg: Any) -> tuple[type, type]:
-    if cfg.name not in _OBJECTIVES:
-        raise ConfigError(f"objective.name={cfg.name!r} is not a known objective ({', '.join(sorted(_OBJECTIVES))})")
-    return _OBJECTIVES[cfg.name]
-
-
 def validate_objective(cfg: Any) -> None:
-    _entry(cfg)[0].validate_config(cfg)
+    OBJECTIVES.entry(cfg)[0].validate_config(cfg)
 
 
 def build_objective(cfg: Any, vocab_size: int):
-    cls, config_cls = _entry(cfg)
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_cls), cfg))
-    return cls(cfg, vocab_size)
+    return OBJECTIVES.entry(cfg)[0](OBJECTIVES.to_object(cfg), vocab_size)
 
 
 def objective_names() -> list[str]:
-    return sorted(_OBJECTIVES)
+    return OBJECTIVES.names()
 
 
 from losses import al, cosreg, mle  # noqa: E402,F401  (register the objectives)

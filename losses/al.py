@@ -33,8 +33,11 @@ from reproduce.errors import ConfigError
 
 @dataclass
 class ALConfig:
+    """Defaults: tau = 20 (the official code) and alpha = 300, our choice for tau = 20 (see
+    docs/fidelity.md); Inan & Khosravi (2016)'s settings use tau = 1 and alpha 0.15-0.35."""
+
     name: str = "al"
-    alpha: float = 1.0
+    alpha: float = 300.0
     temperature: float = 20.0
     form: str = "kl"
     target_grad: str = "official"
@@ -42,12 +45,8 @@ class ALConfig:
 
 
 @dataclass
-class REALConfig:
+class REALConfig(ALConfig):
     name: str = "real"
-    alpha: float = 1.0
-    temperature: float = 20.0
-    form: str = "kl"
-    target_grad: str = "official"
     tie_weights: bool | None = True
 
 

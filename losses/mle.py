@@ -27,7 +27,7 @@ class MLEConfig:
 
 
 @dataclass
-class REConfig:
+class REConfig(MLEConfig):
     name: str = "re"
     tie_weights: bool | None = True
 

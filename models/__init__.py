@@ -7,31 +7,16 @@ list and set the sizes of one paper model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from reproduce.registry import Registry
 
-from reproduce.errors import ConfigError
-
-_MODELS: dict[str, tuple[type, type]] = {}
-
-
-def register_model(arch: str, config_cls: type) -> Callable[[type], type]:
-    def wrap(model_cls: type) -> type:
-        _MODELS[arch] = (model_cls, config_cls)
-        ConfigStore.instance().store(group="model", name=f"schema_{arch}", node=config_cls)
-        return model_cls
-
-    return wrap
+MODELS = Registry("model", "arch")
+register_model = MODELS.register
 
 
 def _entry(model_cfg: Any) -> tuple[type, type]:
-    arch = model_cfg.arch
-    if arch not in _MODELS:
-        raise ConfigError(f"model.arch={arch!r} is not a known architecture ({', '.join(sorted(_MODELS))})")
-    return _MODELS[arch]
+    return MODELS.entry(model_cfg)
 
 
 def width_fields(model_cfg: Any) -> tuple[str, ...]:
@@ -56,9 +41,8 @@ def build_model(model_cfg: Any, vocab_size: int, tie_weights: bool | None = None
     model whose embedding size differs from its last hidden size cannot be tied: that is a
     ConfigError, not a shape crash.
     """
-    model_cls, config_cls = _entry(model_cfg)
-    if isinstance(model_cfg, DictConfig):
-        model_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_cls), model_cfg))
+    model_cls = MODELS.entry(model_cfg)[0]
+    model_cfg = MODELS.to_object(model_cfg)
     tie = model_cfg.tie_weights if tie_weights is None else tie_weights
     model_cls.check_tie(model_cfg, tie)
     return model_cls(model_cfg, vocab_size, tie)

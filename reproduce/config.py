@@ -114,8 +114,10 @@ class TrainerConfig:
     early_stopping: int | None = None
     finetune_epochs: int = 0
     cache: CacheConfig = field(default_factory=CacheConfig)
-    # metrics of the output embedding at every evaluation
+    # singular values of the output embedding at every evaluation (I(W) and mean cosine always)
     spectrum: bool = True
+    # also the test PPL after every epoch (for curves); the final test PPL is always computed
+    test_every_epoch: bool = False
     # run control: these do not change results and are left out of the config hash
     device: str = "auto"
     resume: bool = False

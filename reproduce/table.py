@@ -10,12 +10,14 @@ and carries the paper's numbers. Each row becomes a cell: the config ``reproduce
 compose from ``experiment=<row.experiment> scale=<scale> <row.overrides>``. Cells whose config hash
 is complete in the ledger are not run again; unfinished ones resume from their checkpoint; a failed
 cell is reported and does not stop the others. Output: ``<paths.tables_dir>/<table>/<scale>/``
-(``table.md``, ``table.csv``, ``table.tex``, ``cells.json``).
+(``table.md``, ``table.csv``, ``table.tex``, ``cells.json``, and ``curves.png``: validation
+PPL per epoch of every cell).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from analysis.figures import plot_validation_curves
 from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.config import PathsConfig, ScaleConfig, config_hash, finalize, register_all
 from reproduce.errors import UserError, exit_on_user_error
@@ -156,9 +159,21 @@ def run_cells(cells: list[Cell], ledger: Ledger) -> dict[str, str]:
     return status
 
 
-def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger) -> tuple[list[RenderedRow], list[dict]]:
+def run_label_of(rows, indices: list[int]) -> str:
+    """A run shared by several rows is named by what their labels have in common
+    ("AWD-LSTM (w.o. finetune)", "AWD-LSTM + cache" -> "AWD-LSTM")."""
+    labels = [rows[i].label for i in indices]
+    if len(labels) == 1:
+        return labels[0]
+    common = os.path.commonprefix(labels).rstrip(" (+-")
+    return common or labels[0]
+
+
+def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
+                 run_status: dict[str, str] | None = None) -> tuple[list[RenderedRow], list[dict]]:
+    """One rendered row per table row, and the ledger records of the complete cells (once each)."""
     by_row = {i: c for c in cells for i in c.rows}
-    rows, records = [], []
+    rows, records, seen = [], [], set()
     for i, row in enumerate(app.table.rows):
         paper = {k: (float(v) if v is not None else None) for k, v in (row.paper or {}).items()}
         cell = by_row.get(i)
@@ -168,6 +183,8 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger) -> tuple[li
         record = ledger.load(cell.config_hash)
         ours: dict[str, float | None] = {}
         status = "missing" if record is None else record.get("status", "missing")
+        if record is None and (run_status or {}).get(cell.config_hash) == "failed":
+            status = "failed"
         if record is not None and status == STATUS_COMPLETE:
             stage = record["metrics"].get(row.stage, {})
             for col in app.table.columns:
@@ -175,7 +192,9 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger) -> tuple[li
                     ours[col] = record["parameters"]["total"] / 1e6
                 else:
                     ours[col] = stage.get(col)
-            records.append(record)
+            if cell.config_hash not in seen:
+                seen.add(cell.config_hash)
+                records.append(dict(record, _row_label=run_label_of(app.table.rows, cell.rows), _row_group=row.group))
         rows.append(RenderedRow(row.label, row.group, paper, ours, status, row.note, cell.config_hash))
     return rows, records
 
@@ -203,6 +222,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
     atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta).encode()))
+    plot_validation_curves([(r["_row_label"], r["_row_group"], r["history"]) for r in records],
+                           out / "curves.png", f"{t.title} — scale {app.scale.name}")
     atomic_write_json(out / "cells.json", {
         "table": t.name, "scale": app.scale.name, "command": command_line(_ORIGINAL_ARGV or None),
         "meta": meta,
@@ -210,7 +231,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
                    "run_dir": str(Path(app.paths.runs_dir) / r.config_hash) if r.config_hash else None} for r in rows],
     })
     print(markdown)
-    print(f"repdegen: wrote {out}/table.{{md,csv,tex}}")
+    print(f"repdegen: wrote {out}/table.{{md,csv,tex}} and curves.png")
     return out
 
 
@@ -219,9 +240,8 @@ def run_table(app: DictConfig) -> int:
     start = time.time()
     cells = expand_cells(app)
     ledger = Ledger(app.paths.runs_dir)
-    if not app.render_only:
-        run_cells(cells, ledger)
-    rows, records = collect_rows(app, cells, ledger)
+    run_status = {} if app.render_only else run_cells(cells, ledger)
+    rows, records = collect_rows(app, cells, ledger, run_status)
     render(app, rows, records)
     unfinished = [r for r in rows if r.status not in (STATUS_COMPLETE, "paper-only")]
     print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len({r.config_hash for r in unfinished})}"
@@ -236,11 +256,19 @@ _ORIGINAL_ARGV: list[str] = []
 
 
 def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Split command-line overrides into the table app's own and those for every cell."""
+    """Split command-line overrides into the table app's own and those for every cell; a scale field
+    (``scale.max_epochs=3``) goes to both, since the cells compose their own copy of the scale."""
     own, cell = [], []
     for arg in argv:
-        key = arg.lstrip("+~").split("=", 1)[0].split(".")[0]
-        (cell if key in CELL_KEYS else own).append(arg)
+        dotted = arg.lstrip("+~").split("=", 1)[0]
+        key = dotted.split(".")[0]
+        if key in CELL_KEYS:
+            cell.append(arg)
+        elif key == "scale" and "." in dotted:
+            own.append(arg)
+            cell.append(arg)
+        else:
+            own.append(arg)
     return own, cell
 
 

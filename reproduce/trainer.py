@@ -216,9 +216,13 @@ class Trainer:
         return evaluate_nll(self.model, self.corpus.split(split), bs, bptt, self.device)
 
     def validate(self) -> dict:
+        """Validation PPL and the output embedding's geometry (and test PPL with trainer.test_every_epoch)."""
         with averaged_weights(self.params, self.optimizer):
             val = self.evaluate("valid")
             metrics = {"valid_nll": val["nll"], "valid_ppl": val["ppl"]}
+            if self.t.test_every_epoch:
+                test = self.evaluate("test")
+                metrics.update(test_nll=test["nll"], test_ppl=test["ppl"])
             metrics.update(embedding_metrics(self.model.output_embedding, spectrum=self.t.spectrum))
         return metrics
 
@@ -237,18 +241,29 @@ class Trainer:
         if self.t.stop_after_epochs is not None and done >= self.t.stop_after_epochs:
             raise SimulatedInterrupt(f"stopped after {done} epochs (trainer.stop_after_epochs)")
 
+    def _epoch(self, epoch: int) -> dict:
+        """Train one epoch of the current stage and validate: the epoch's record."""
+        record = {"stage": self.state.stage, "epoch": epoch, **self.train_epoch(epoch)}
+        record.update(self.validate())
+        self.state.train_seconds += record["epoch_seconds"]
+        return record
+
+    def _keep_if_best(self, val: float, best: float, name: str) -> bool:
+        """Save the weights validation saw (ASGD's averages, if averaging) when ``val`` beats ``best``."""
+        if val >= best:
+            return False
+        with averaged_weights(self.params, self.optimizer):
+            self.save_weights(name)
+        return True
+
     def _train_stage(self) -> None:
         s, t, o = self.state, self.t, self.o
         while s.stage == "train" and s.epoch < t.max_epochs:
             epoch = s.epoch + 1
-            record = {"stage": "train", "epoch": epoch, **self.train_epoch(epoch)}
-            record.update(self.validate())
-            s.train_seconds += record["epoch_seconds"]
+            record = self._epoch(epoch)
             val = record["valid_nll"]
-            if val < s.best_val:
+            if self._keep_if_best(val, s.best_val, "best.pt"):
                 s.best_val, s.best_epoch, s.epochs_since_best = val, epoch, 0
-                with averaged_weights(self.params, self.optimizer):
-                    self.save_weights("best.pt")
             else:
                 s.epochs_since_best += 1
             if o.name == "ntasgd" and s.optimizer_name == "sgd":
@@ -261,33 +276,28 @@ class Trainer:
             if t.early_stopping is not None and s.epochs_since_best > t.early_stopping:
                 print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_best} epochs without improvement", flush=True)
                 s.stopped_early = True
-                s.stage = "trained"
-            elif epoch >= t.max_epochs:
+            if s.stopped_early or epoch >= t.max_epochs:
                 s.stage = "trained"
             self._end_epoch(record)
         if s.stage == "train":  # max_epochs reached on resume with nothing left to do
             s.stage = "trained"
 
     def _finetune_stage(self) -> None:
+        """AWD-LSTM's finetune.py: ASGD from the best model until the first non-monotone trigger."""
         s, t, o = self.state, self.t, self.o
         if s.stage == "trained":
             self.load_weights("best.pt")
-            s.stage, s.epoch = "finetune", 0
+            s.stage, s.epoch, s.val_history = "finetune", 0, []
             s.stage_best_val = self.evaluate("valid")["nll"]
-            s.val_history = []
             s.optimizer_name = "asgd"
             self.optimizer = self.make_optimizer("asgd")
             self.save_weights("best_finetune.pt")
         while s.stage == "finetune" and s.epoch < t.finetune_epochs:
             epoch = s.epoch + 1
-            record = {"stage": "finetune", "epoch": epoch, **self.train_epoch(epoch)}
-            record.update(self.validate())
-            s.train_seconds += record["epoch_seconds"]
+            record = self._epoch(epoch)
             val = record["valid_nll"]
-            if val < s.stage_best_val:
+            if self._keep_if_best(val, s.stage_best_val, "best_finetune.pt"):
                 s.stage_best_val = val
-                with averaged_weights(self.params, self.optimizer):
-                    self.save_weights("best_finetune.pt")
             s.epoch = epoch
             if nonmonotone_trigger(s.val_history, val, o.nonmono):
                 print(f"[finetune epoch {epoch:3d}] done: validation stopped improving", flush=True)

@@ -66,6 +66,7 @@ def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
         assert ours[0]["config_hash"] == ours[1]["config_hash"] == ours[2]["config_hash"]
         assert ours[0]["test_ppl_ours"] != ours[2]["test_ppl_ours"]
         assert "\\begin{tabular}" in (out / "table.tex").read_text()
+        assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         capsys.readouterr()
         assert run_table(app) == 0  # again: nothing to run
         assert "2 cells, 2 already complete, 0 to run" in capsys.readouterr().out
@@ -92,9 +93,9 @@ def test_command_line_splits_cell_overrides():
     from reproduce.table import split_cell_args
 
     own, cell = split_cell_args(["table=x", "scale=lite", "trainer.device=cuda", "logger=wandb", "+model.foo=1",
-                                 "paths.output_dir=o", "render_only=true", "seed=3"])
-    assert own == ["table=x", "scale=lite", "paths.output_dir=o", "render_only=true"]
-    assert cell == ["trainer.device=cuda", "logger=wandb", "+model.foo=1", "seed=3"]
+                                 "paths.output_dir=o", "render_only=true", "seed=3", "scale.max_epochs=2"])
+    assert own == ["table=x", "scale=lite", "paths.output_dir=o", "render_only=true", "scale.max_epochs=2"]
+    assert cell == ["trainer.device=cuda", "logger=wandb", "+model.foo=1", "seed=3", "scale.max_epochs=2"]
 
 
 def test_render_formats_deltas_and_groups():

@@ -271,3 +271,13 @@ def test_cli_user_error_is_one_line_without_traceback(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 2
     assert "repdegen: error:" in out.stderr and "does not exist" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_test_every_epoch_and_wandb_logger(compose_cfg, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    rec = train(compose_cfg(*VD_SMOKE, "scale.max_epochs=2", "trainer.test_every_epoch=true", "logger=wandb",
+                            "logger.mode=disabled"))
+    assert rec["status"] == "complete"
+    assert all("test_ppl" in h for h in rec["history"])
+    best = min(rec["history"], key=lambda h: h["valid_nll"])
+    assert rec["metrics"]["final"]["test_ppl"] == pytest.approx(best["test_ppl"], rel=1e-9)

@@ -1,0 +1,51 @@
+"""Figures rendered from run histories (PNG, matplotlib's Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+
+def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], path: Path, title: str) -> Path | None:
+    """Validation PPL against epoch for each run, one panel per group (cf. Inan et al. 2017, Fig. 2).
+
+    ``series``: (label, group, history) with history the per-epoch records of a run; the epochs of a
+    finetuning stage continue the axis after the training stage, drawn dashed.
+    """
+    series = [s for s in series if s[2]]
+    if not series:
+        return None
+    groups = list(dict.fromkeys(g for _, g, _ in series))
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4), squeeze=False)
+    for ax, group in zip(axes[0], groups):
+        for k, (label, g, history) in enumerate(series):
+            if g != group:
+                continue
+            color = f"C{k % 10}"
+            for stage, style in (("train", "-"), ("finetune", "--")):
+                points = [(i + 1, h["valid_ppl"]) for i, h in enumerate(history) if h.get("stage") == stage]
+                if points:
+                    xs, ys = zip(*points)
+                    ax.plot(xs, ys, style, marker=".", color=color, label=label if stage == "train" else None, lw=1.6)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation perplexity")
+        if group:
+            ax.set_title(group, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, title="dashed: finetuning" if any(
+            h.get("stage") == "finetune" for _, _, hist in series for h in hist) else None, title_fontsize=7)
+    fig.suptitle("\n".join(textwrap.wrap(title, width=max(40, 60 * len(groups)))), fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
