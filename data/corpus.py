@@ -144,8 +144,9 @@ def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
         if source == "hub":
             if not cfg.hub_name:
                 raise DataError(f"dataset {cfg.name!r} has no hub_name; use dataset.source=local")
-            dsd = datasets.load_dataset(cfg.hub_name, cfg.hub_config)
+            dsd = datasets.load_dataset(cfg.hub_name, cfg.hub_config, revision=cfg.hub_revision)
             where = f"{cfg.hub_name}" + (f"/{cfg.hub_config}" if cfg.hub_config else "")
+            where += f"@{cfg.hub_revision}" if cfg.hub_revision else ""
         elif source == "disk":
             if not cfg.disk_path or not Path(cfg.disk_path).exists():
                 raise DataError(

@@ -47,6 +47,9 @@ class DatasetConfig:
     files: dict[str, str] = field(default_factory=dict)
     hub_name: str | None = None
     hub_config: str | None = None
+    # a branch or commit of the hub repository (script-based datasets: their parquet export,
+    # "refs/convert/parquet", since `datasets` 4 no longer runs loading scripts)
+    hub_revision: str | None = None
     hub_splits: dict[str, str] = field(
         default_factory=lambda: {"train": "train", "valid": "validation", "test": "test"}
     )
@@ -218,6 +221,7 @@ HASH_EXCLUDED = (
     "dataset.text_files",
     "dataset.hub_name",
     "dataset.hub_config",
+    "dataset.hub_revision",
     "dataset.hub_splits",
     "dataset.text_field",
     "dataset.local_dir",
