@@ -28,6 +28,11 @@ def validate_model(model_cfg: Any) -> None:
     _entry(model_cfg)[0].validate_config(model_cfg)
 
 
+def check_tie(model_cfg: Any, tie: bool) -> None:
+    """A ConfigError when ``model_cfg`` cannot be tied (embedding size != last hidden size)."""
+    MODELS.entry(model_cfg)[0].check_tie(model_cfg, tie)
+
+
 def resolve_tie(model_cfg: Any, objective_cfg: Any) -> bool:
     """The objective may force tying (``re``, ``real``); otherwise the model's default holds."""
     tie = objective_cfg.get("tie_weights") if objective_cfg is not None else None

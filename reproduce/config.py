@@ -306,12 +306,13 @@ def finalize(cfg: DictConfig) -> DictConfig:
         ),
     )
     from losses import validate_objective
-    from models import resolve_tie, validate_model
+    from models import check_tie, resolve_tie, validate_model
 
     validate_model(cfg.model)
     validate_objective(cfg.objective)
     # one canonical place for tying, so `objective.tie_weights: null` and an explicit equal value hash alike
     tie = resolve_tie(cfg.model, cfg.objective)
+    check_tie(cfg.model, tie)
     cfg.model.tie_weights = tie
     cfg.objective.tie_weights = tie
     OmegaConf.set_struct(cfg, False)
