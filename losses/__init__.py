@@ -29,7 +29,8 @@ class ObjectiveOutput:
     token_loss: torch.Tensor
     reg_loss: torch.Tensor | float
     nll: torch.Tensor
-    logs: dict[str, float] = field(default_factory=dict)
+    # extra detached scalars (tensors: reading them would force a device sync on every step)
+    logs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def validate_objective(cfg: Any) -> None:

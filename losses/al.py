@@ -100,7 +100,7 @@ class AugmentedLoss(nn.Module):
         nll = nn.functional.cross_entropy(logits, targets)
         aug = augmented_loss(logits, targets, model.input_embedding, cfg.temperature, cfg.form, cfg.target_grad).mean()
         return ObjectiveOutput(
-            token_loss=nll + cfg.alpha * aug, reg_loss=0.0, nll=nll.detach(), logs={"aug_loss": aug.item()}
+            token_loss=nll + cfg.alpha * aug, reg_loss=0.0, nll=nll.detach(), logs={"aug_loss": aug.detach()}
         )
 
 

@@ -48,5 +48,5 @@ class CosReg(nn.Module):
         nll = nn.functional.cross_entropy(model.logits(hidden), targets)
         reg = cosine_regularizer(model.output_embedding)
         return ObjectiveOutput(
-            token_loss=nll, reg_loss=self.cfg.gamma * reg, nll=nll.detach(), logs={"cosreg": reg.item()}
+            token_loss=nll, reg_loss=self.cfg.gamma * reg, nll=nll.detach(), logs={"cosreg": reg.detach()}
         )

@@ -170,7 +170,10 @@ class Trainer:
         max_len = t.bptt + 10 if (t.variable_bptt and self.state.stage == "finetune") else None
         segments = list(bptt_segments(self.train_stream, t.bptt, rng, max_len))
         state = model.init_state(t.batch_size, self.device)
-        nll_sum, n_tok, start = 0.0, 0, time.time()
+        # accumulated on the device; read (one host sync) only every `check_every` steps
+        nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        finite = torch.ones((), dtype=torch.bool, device=self.device)
+        n_tok, start, check_every = 0, time.time(), 10
         desc = f"{self.state.stage} epoch {epoch}"
         bar = tqdm(segments, desc=desc, disable=not t.progress, leave=False, dynamic_ncols=True, mininterval=1.0)
         for step, (i, seq_len) in enumerate(bar):
@@ -184,28 +187,30 @@ class Trainer:
             result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, step)
             scale = seq_len if t.loss_reduction == "sum_over_time" else 1.0
             loss = result.token_loss * scale + result.reg_loss + model.regularization(out)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"the training loss became {loss.item()} at {desc}, batch {step + 1}/{len(segments)} "
-                    f"(lr={step_lr:g}). The last good checkpoint (after epoch {self.state.epoch} of stage "
-                    f"{self.state.stage!r}) is kept at {self.checkpoint_path()}. Lower optim.lr or set "
-                    f"optim.clip_grad_norm, then rerun with trainer.resume=true"
-                )
+            finite &= torch.isfinite(loss.detach())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if self.o.clip_grad_norm:
                 torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
             opt.step()
-            nll_sum += result.nll.item() * y.numel()
+            nll_sum += result.nll.double() * y.numel()
             n_tok += y.numel()
-            if t.progress and (step % 10 == 0 or step == len(segments) - 1):
-                mean = nll_sum / n_tok
-                bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
-                                tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:g}")
+            if step % check_every == 0 or step == len(segments) - 1:
+                if not bool(finite):  # checkpoints are written only at epoch ends: the last one is good
+                    raise TrainingDiverged(
+                        f"the training loss became NaN or infinite at {desc}, by batch {step + 1}/{len(segments)} "
+                        f"(lr={step_lr:g}). The last good checkpoint (after epoch {self.state.epoch} of stage "
+                        f"{self.state.stage!r}) is kept at {self.checkpoint_path()}. Lower optim.lr or set "
+                        f"optim.clip_grad_norm, then rerun with trainer.resume=true"
+                    )
+                if t.progress:
+                    mean = nll_sum.item() / n_tok
+                    bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
+                                    tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:g}")
         for group in opt.param_groups:
             group["lr"] = lr
         seconds = time.time() - start
-        mean = nll_sum / max(n_tok, 1)
+        mean = nll_sum.item() / max(n_tok, 1)
         return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr,
                 "tokens_per_s": n_tok / max(seconds, 1e-9), "epoch_seconds": seconds}
 
