@@ -15,17 +15,13 @@ MODELS = Registry("model", "arch")
 register_model = MODELS.register
 
 
-def _entry(model_cfg: Any) -> tuple[type, type]:
-    return MODELS.entry(model_cfg)
-
-
 def width_fields(model_cfg: Any) -> tuple[str, ...]:
     """Names of the size fields that ``scale.width_mult`` multiplies."""
-    return _entry(model_cfg)[0].WIDTH_FIELDS
+    return MODELS.entry(model_cfg)[0].WIDTH_FIELDS
 
 
 def validate_model(model_cfg: Any) -> None:
-    _entry(model_cfg)[0].validate_config(model_cfg)
+    MODELS.entry(model_cfg)[0].validate_config(model_cfg)
 
 
 def check_tie(model_cfg: Any, tie: bool) -> None:
