@@ -17,6 +17,8 @@ COLUMN_LABELS = {
     "params": "Params (M)",
     "isotropy": "I(W)",
     "mean_cos": "Mean cos",
+    "bleu_tok": "BLEU tokenized",
+    "bleu": "SacreBLEU",
 }
 
 
@@ -39,6 +41,8 @@ def _fmt(value, column: str) -> str:
         return f"{value:.1f}" if value < 100 else f"{value:.0f}"
     if column in ("isotropy", "mean_cos"):
         return f"{value:.3g}"
+    if column.startswith("bleu"):
+        return f"{value:.2f}"
     return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
 

@@ -1,9 +1,14 @@
-"""Word-level corpora (PTB, WikiText-2, or any corpus with train/valid/test splits).
+"""Language-model corpora (PTB, WikiText-2, or any corpus with train/valid/test splits).
 
-Each line becomes ``line.split() + ["<eos>"]`` (the convention of the PTB/WikiText language-modelling
-code of all three papers). The vocabulary is built from the training split only; ids are sorted by
-training frequency (most frequent first, ties in order of first appearance), and the counts are
-kept, so frequency groups are slices of the id range.
+``dataset.tokenizer=word``: each line becomes ``line.split() + ["<eos>"]`` (the convention of the
+PTB/WikiText language-modelling code of all three papers). The vocabulary is built from the training
+split only; ids are sorted by training frequency (most frequent first, ties in order of first
+appearance), and the counts are kept, so frequency groups are slices of the id range.
+
+``dataset.tokenizer=bpe``: a sentencepiece BPE model of ``dataset.bpe_vocab_size`` ids is trained on
+the training split's lines (cached under ``<cache_dir>/bpe``, see :mod:`data.bpe`); each line becomes
+its pieces + ``</s>``; the word ``dataset.unk`` (WikiText's ``<unk>``) maps to ``<unk>``. Ids are sorted
+by training frequency after the four specials ``<pad> <s> </s> <unk>``; ``Corpus.tokenizer`` decodes.
 
 Sources (``dataset.source``):
   * ``local``: ``<data_dir>/<local_dir>/<files[split]>`` where ``data_dir`` defaults to the
@@ -26,10 +31,11 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from reproduce.errors import DataError
+from reproduce.errors import ConfigError, DataError
 
 SPLITS = ("train", "valid", "test")
 CACHE_FORMAT = 1
@@ -68,6 +74,8 @@ class Corpus:
     test: torch.Tensor
     vocab: Vocab
     provenance: dict
+    # the data.bpe.BPETokenizer of a BPE corpus (None for word-level corpora)
+    tokenizer: Any = None
 
     def split(self, name: str) -> torch.Tensor:
         return getattr(self, name)
@@ -227,16 +235,60 @@ def _cache_key(info: dict, cfg) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _bpe_cache_key(info: dict, tokenizer) -> str:
+    blob = repr((CACHE_FORMAT, "bpe", tokenizer.key, sorted(info.get("sha256", {}).items()),
+                 sorted(info.get("fingerprints", {}).items())))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _bpe_blob(cfg, lines: dict[str, list[str]], info: dict, tokenizer, key: str) -> dict:
+    import numpy as np
+
+    from data.bpe import EOS, UNK
+
+    ids, oov = {}, {}
+    for s in SPLITS:
+        flat, _ = tokenizer.encode_flat(lines[s], add_eos=True)
+        if not np.any(flat != EOS):
+            where = info.get("files", {}).get(s) or info.get("location")
+            raise DataError(f"{cfg.name}: the {s} split ({where}) is empty: it has no words; check the file")
+        ids[s] = torch.from_numpy(flat)
+        # UNKs that are not the corpus's own unknown-word literal (characters the BPE model lacks)
+        literal = sum(line.split().count(cfg.unk) for line in lines[s] if cfg.unk in line) if cfg.unk else 0
+        oov[s] = int(np.count_nonzero(flat == UNK)) - literal
+    return {"itos": tokenizer.itos, "counts": tokenizer.counts, "ids": ids, "oov": oov, "info": info, "key": key}
+
+
 def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) -> Corpus:
     """Load (from cache when the source is unchanged) and return the corpus ``cfg`` describes."""
+    kind = getattr(cfg, "kind", "lm")
+    if kind != "lm":
+        raise ConfigError(f"dataset.kind={kind!r}: load_corpus reads language-model corpora (kind=lm); "
+                        f"load translation corpora with data.translation.load_parallel_corpus")
+    tokenizer_name = getattr(cfg, "tokenizer", "word")
+    if tokenizer_name not in ("word", "bpe"):
+        raise ConfigError(f"dataset.tokenizer={tokenizer_name!r} is not one of word, bpe; set dataset.tokenizer=word or bpe")
+    if tokenizer_name == "bpe" and not cfg.bpe_vocab_size:
+        raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (got {cfg.bpe_vocab_size!r}); "
+                        f"set it, e.g. dataset.bpe_vocab_size=8000")
     source = resolve_source(cfg)
     if source not in ("local", "hub", "disk", "text"):
         raise DataError(f"dataset.source={source!r} is not one of auto, local, hub, disk, text")
     lines, info = _local_lines(cfg) if source == "local" else _datasets_lines(cfg, source)
-    key = _cache_key(info, cfg)
+    tokenizer = None
+    if tokenizer_name == "bpe":
+        from data.bpe import train_bpe
+
+        tokenizer = train_bpe(lines["train"], cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,
+                              unk_literal=cfg.unk or None, name=cfg.name)
+        key = _bpe_cache_key(info, tokenizer)
+    else:
+        key = _cache_key(info, cfg)
     cache_path = Path(cache_dir) / "corpora" / f"{cfg.name}-{key}.pt" if cache_dir else None
     if cache_path is not None and cache_path.is_file():
         blob = torch.load(cache_path, weights_only=False)
+    elif tokenizer is not None:
+        blob = _bpe_blob(cfg, lines, info, tokenizer, key)
     else:
         tokens = {s: tokenize(lines[s], cfg.eos) for s in SPLITS}
         for s in SPLITS:
@@ -248,14 +300,19 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         for s in SPLITS:
             ids[s], oov[s] = numericalize(tokens[s], vocab, s, cfg.name)
         blob = {"itos": vocab.itos, "counts": vocab.counts, "ids": ids, "oov": oov, "info": info, "key": key}
-        if cache_path is not None:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
-            torch.save(blob, tmp)
-            os.replace(tmp, cache_path)
-    vocab = Vocab(blob["itos"], blob["counts"], eos=cfg.eos, unk=cfg.unk)
+    if cache_path is not None and not cache_path.is_file():
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
+        torch.save(blob, tmp)
+        os.replace(tmp, cache_path)
+    if tokenizer is not None:
+        vocab = tokenizer.vocab()
+    else:
+        vocab = Vocab(blob["itos"], blob["counts"], eos=cfg.eos, unk=cfg.unk)
     provenance = dict(blob["info"], cache_key=blob["key"], vocab_size=len(vocab), oov=blob["oov"],
                       tokens={s: int(blob["ids"][s].numel()) for s in SPLITS})
+    if tokenizer is not None:
+        provenance.update(tokenizer="bpe", bpe_vocab_size=cfg.bpe_vocab_size, bpe_key=tokenizer.key, bpe_model=tokenizer.path)
     if cfg.vocab_size is not None and len(vocab) != cfg.vocab_size:
         print(f"repdegen: warning: {cfg.name} has {len(vocab)} types, the papers' corpus has {cfg.vocab_size}; "
               f"check the source files ({info.get('files') or info.get('location')})")
@@ -266,4 +323,4 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         ids["valid"] = ids["valid"][: cfg.eval_tokens]
         ids["test"] = ids["test"][: cfg.eval_tokens]
     provenance["used_tokens"] = {s: int(ids[s].numel()) for s in SPLITS}
-    return Corpus(cfg.name, ids["train"], ids["valid"], ids["test"], vocab, provenance)
+    return Corpus(cfg.name, ids["train"], ids["valid"], ids["test"], vocab, provenance, tokenizer)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from reproduce.registry import Registry
 
@@ -33,12 +34,34 @@ class ObjectiveOutput:
     logs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class Objective(nn.Module):
+    """Base of every objective. ``label_smoothing`` (set by ``build_objective`` from
+    ``trainer.label_smoothing``) smooths the NLL term: ``(1 - eps) * NLL + eps * mean_k(-log p_k)``
+    (PyTorch's ``cross_entropy(label_smoothing=eps)``: eps spread over all V classes; fairseq's
+    label_smoothed_cross_entropy spreads it over the V - 1 others, a difference of eps / V)."""
+
+    label_smoothing: float = 0.0
+
+    def token_nll(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the training NLL term, smoothed if configured; the plain mean NLL, detached)."""
+        eps = self.label_smoothing
+        if not eps:
+            nll = nn.functional.cross_entropy(logits, targets)
+            return nll, nll.detach()
+        lprobs = torch.log_softmax(logits.float(), dim=-1)
+        nll = -lprobs.gather(-1, targets.unsqueeze(-1)).mean()
+        smooth = -lprobs.mean(-1).mean()
+        return (1.0 - eps) * nll + eps * smooth, nll.detach()
+
+
 def validate_objective(cfg: Any) -> None:
     OBJECTIVES.entry(cfg)[0].validate_config(cfg)
 
 
-def build_objective(cfg: Any, vocab_size: int):
-    return OBJECTIVES.entry(cfg)[0](OBJECTIVES.to_object(cfg), vocab_size)
+def build_objective(cfg: Any, vocab_size: int, label_smoothing: float = 0.0):
+    objective = OBJECTIVES.entry(cfg)[0](OBJECTIVES.to_object(cfg), vocab_size)
+    objective.label_smoothing = float(label_smoothing)
+    return objective
 
 
 def objective_names() -> list[str]:

@@ -25,9 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from losses import ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveOutput, register_objective
 from reproduce.errors import ConfigError
 
 
@@ -78,7 +77,7 @@ def augmented_loss(
 
 
 @register_objective("al", ALConfig)
-class AugmentedLoss(nn.Module):
+class AugmentedLoss(Objective):
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -97,11 +96,9 @@ class AugmentedLoss(nn.Module):
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
         cfg = self.cfg
         logits = model.logits(hidden)
-        nll = nn.functional.cross_entropy(logits, targets)
-        aug = augmented_loss(logits, targets, model.input_embedding, cfg.temperature, cfg.form, cfg.target_grad).mean()
-        return ObjectiveOutput(
-            token_loss=nll + cfg.alpha * aug, reg_loss=0.0, nll=nll.detach(), logs={"aug_loss": aug.detach()}
-        )
+        loss, nll = self.token_nll(logits, targets)
+        aug = augmented_loss(logits.float(), targets, model.input_embedding, cfg.temperature, cfg.form, cfg.target_grad).mean()
+        return ObjectiveOutput(token_loss=loss + cfg.alpha * aug, reg_loss=0.0, nll=nll, logs={"aug_loss": aug.detach()})
 
 
 @register_objective("real", REALConfig)

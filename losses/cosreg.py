@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from losses import ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveOutput, register_objective
 from reproduce.errors import ConfigError
 
 
@@ -34,7 +34,7 @@ def cosine_regularizer(weight: torch.Tensor, eps: float = 1e-12) -> torch.Tensor
 
 
 @register_objective("cosreg", CosRegConfig)
-class CosReg(nn.Module):
+class CosReg(Objective):
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -45,8 +45,6 @@ class CosReg(nn.Module):
             raise ConfigError(f"objective.gamma={cfg.gamma} must be >= 0")
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
-        nll = nn.functional.cross_entropy(model.logits(hidden), targets)
-        reg = cosine_regularizer(model.output_embedding)
-        return ObjectiveOutput(
-            token_loss=nll, reg_loss=self.cfg.gamma * reg, nll=nll.detach(), logs={"cosreg": reg.detach()}
-        )
+        loss, nll = self.token_nll(model.logits(hidden), targets)
+        reg = cosine_regularizer(model.output_embedding.float())
+        return ObjectiveOutput(token_loss=loss, reg_loss=self.cfg.gamma * reg, nll=nll, logs={"cosreg": reg.detach()})

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from losses import ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveOutput, register_objective
 from reproduce.errors import ConfigError
 
 
@@ -33,7 +32,7 @@ class REConfig(MLEConfig):
 
 
 @register_objective("mle", MLEConfig)
-class MLE(nn.Module):
+class MLE(Objective):
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -43,8 +42,8 @@ class MLE(nn.Module):
         pass
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
-        nll = nn.functional.cross_entropy(model.logits(hidden), targets)
-        return ObjectiveOutput(token_loss=nll, reg_loss=0.0, nll=nll.detach())
+        loss, nll = self.token_nll(model.logits(hidden), targets)
+        return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll)
 
 
 @register_objective("re", REConfig)

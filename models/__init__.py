@@ -49,4 +49,4 @@ def build_model(model_cfg: Any, vocab_size: int, tie_weights: bool | None = None
     return model_cls(model_cfg, vocab_size, tie)
 
 
-from models import awd_lstm, lstm_lm  # noqa: E402,F401  (register the architectures)
+from models import awd_lstm, lstm_lm, transformer  # noqa: E402,F401  (register the architectures)

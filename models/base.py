@@ -62,6 +62,8 @@ class LanguageModel(nn.Module):
 
     @staticmethod
     def detach_state(state: Any) -> Any:
+        if state is None:  # stateless models (Transformers)
+            return None
         if isinstance(state, torch.Tensor):
             return state.detach()
         return type(state)(LanguageModel.detach_state(s) for s in state)

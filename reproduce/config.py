@@ -63,6 +63,28 @@ class DatasetConfig:
     # truncation (set by the scale; None = whole split)
     train_tokens: int | None = None
     eval_tokens: int | None = None
+    # ---- what the corpus is and how it is cut into tokens -------------------------------------
+    # ``lm``: one stream of tokens per split; ``translation``: sentence pairs (src_lang -> tgt_lang)
+    kind: str = "lm"
+    # ``word``: whitespace words + <eos> per line; ``bpe``: a sentencepiece BPE model trained on the
+    # training split (joint source+target for translation) and cached under paths.cache_dir/bpe
+    tokenizer: str = "word"
+    bpe_vocab_size: int | None = None
+    # sentencepiece's input_sentence_size: lines sampled to train BPE (0 = every line)
+    bpe_sample_lines: int = 2_000_000
+    # ---- translation --------------------------------------------------------------------------
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    # hub/disk records hold {"<lang>": text} under this column (the `wmt14` layout); None: one
+    # column per language (the `bentrevett/multi30k` layout)
+    translation_field: str | None = "translation"
+    # training pairs longer than this many BPE tokens (either side) or with a length ratio above
+    # max_len_ratio are dropped (fairseq/Moses clean-corpus; None = keep all)
+    max_len: int | None = None
+    max_len_ratio: float | None = None
+    # truncation to the first N pairs (set by the scale; None = whole split)
+    train_pairs: int | None = None
+    eval_pairs: int | None = None
 
 
 @dataclass
@@ -76,7 +98,15 @@ class OptimConfig:
 
     name: str = "sgd"
     lr: float = 1.0
+    # ``epoch``: the per-epoch decay below; ``inverse_sqrt`` (Vaswani et al., fairseq): per optimizer
+    # update, linear warm-up from ``warmup_init_lr`` to ``lr`` over ``warmup_updates``, then
+    # ``lr * sqrt(warmup_updates / update)``
+    schedule: str = "epoch"
+    warmup_updates: int = 4000
+    warmup_init_lr: float = 1e-7
     weight_decay: float = 0.0
+    # Adam only: decoupled weight decay (AdamW; fairseq's Adam applies --weight-decay this way)
+    decoupled_weight_decay: bool = False
     momentum: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
@@ -95,6 +125,26 @@ class CacheConfig:
     theta: float = 1.0
     lambdah: float = 0.1
     bptt: int = 2000
+
+
+@dataclass
+class GenerationConfig:
+    """Decoding for translation (BLEU) and continuations. ``beam=1`` is greedy search.
+
+    Length penalty: ``fairseq`` ranks finished hypotheses by ``sum log p / len ** length_penalty``;
+    ``gnmt`` by ``sum log p / ((5 + len) / 6) ** length_penalty`` (Wu et al. 2016, tensor2tensor).
+    Output length is at most ``max_len_a * source_len + max_len_b`` tokens.
+    """
+
+    beam: int = 4
+    length_penalty: float = 0.6
+    length_penalty_form: str = "fairseq"
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    # sentences per batch of generation
+    batch_size: int = 64
+    # the split(s) BLEU is reported on at the end of a translation run
+    bleu_splits: list[str] = field(default_factory=lambda: ["test"])
 
 
 @dataclass
@@ -127,6 +177,27 @@ class TrainerConfig:
     progress: bool = True
     log_interval: int = 200
     stop_after_epochs: int | None = None
+    # ---- update-based training (Transformers) ---------------------------------------------------
+    # stateless LMs (Transformers): visit the contiguous bptt-token blocks in a new random order
+    # every epoch (fairseq shuffles its blocks); recurrent models always read the stream in order
+    shuffle_blocks: bool = True
+    # gradient accumulation: micro-batches per optimizer update (fairseq --update-freq)
+    update_freq: int = 1
+    # stop after this many optimizer updates (None: only max_epochs)
+    max_updates: int | None = None
+    # translation batches: sentence pairs bucketed by length, at most max_tokens padded tokens
+    # (max(src, tgt) length x sentences, as fairseq) per micro-batch
+    max_tokens: int = 4096
+    # label smoothing of the NLL term of every objective (fairseq label_smoothed_cross_entropy)
+    label_smoothing: float = 0.0
+    # fp32 | bf16 | auto (bf16 on a CUDA device that supports it, else fp32): torch.autocast on the
+    # forward pass and the loss; weights and optimizer state stay fp32
+    precision: str = "fp32"
+    # evaluate with the average of the last N epoch checkpoints (fairseq average_checkpoints; 0/1: off)
+    average_last: int = 0
+    # which weights give the final metrics: ``best`` (lowest validation loss) or ``last``
+    final_weights: str = "best"
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
 
 
 @dataclass
@@ -146,6 +217,10 @@ class ScaleConfig:
     width_mult: float = 1.0
     min_width: int = 8
     cache_window: int | None = None
+    # translation: the first N training / evaluation pairs; caps on update-based training
+    train_pairs: int | None = None
+    eval_pairs: int | None = None
+    max_updates: int | None = None
 
 
 @dataclass
@@ -235,6 +310,12 @@ HASH_EXCLUDED = (
 
 VALID_CHOICES = {
     "optim.name": ("sgd", "adam", "ntasgd"),
+    "optim.schedule": ("epoch", "inverse_sqrt"),
+    "trainer.precision": ("fp32", "bf16", "auto"),
+    "trainer.final_weights": ("best", "last"),
+    "trainer.generation.length_penalty_form": ("fairseq", "gnmt"),
+    "dataset.kind": ("lm", "translation"),
+    "dataset.tokenizer": ("word", "bpe"),
     "trainer.loss_reduction": ("mean", "sum_over_time"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "dataset.source": ("auto", "local", "hub", "disk", "text"),
@@ -269,12 +350,54 @@ def apply_scale(cfg: DictConfig) -> None:
         cfg.dataset.eval_tokens = s.eval_tokens
     if s.cache_window is not None:
         cfg.trainer.cache.window = min(cfg.trainer.cache.window, s.cache_window)
+    if s.train_pairs is not None:
+        cfg.dataset.train_pairs = s.train_pairs
+    if s.eval_pairs is not None:
+        cfg.dataset.eval_pairs = s.eval_pairs
+    if s.max_updates is not None:
+        cur = cfg.trainer.max_updates
+        cfg.trainer.max_updates = s.max_updates if cur is None else min(cur, s.max_updates)
     if s.width_mult != 1.0:
-        from models import width_fields
+        from models import MODELS, width_fields
 
-        for key in width_fields(cfg.model):
-            if cfg.model[key] is not None:
-                cfg.model[key] = max(s.min_width, int(round(cfg.model[key] * s.width_mult)))
+        model_cls = MODELS.entry(cfg.model)[0]
+        if hasattr(model_cls, "scale_widths"):  # models whose widths must stay multiples (attention heads)
+            model_cls.scale_widths(cfg.model, s.width_mult, s.min_width)
+        else:
+            for key in width_fields(cfg.model):
+                if cfg.model[key] is not None:
+                    cfg.model[key] = max(s.min_width, int(round(cfg.model[key] * s.width_mult)))
+
+
+def _check_data_model(cfg: DictConfig) -> None:
+    """Combinations that cannot work, caught before any data is read."""
+    d, t = cfg.dataset, cfg.trainer
+    seq2seq = cfg.model.arch == "transformer"
+    if d.kind == "translation" and not seq2seq:
+        raise ConfigError(
+            f"dataset={d.name} is a translation corpus but model={cfg.model.name} is a language model; "
+            f"use an encoder-decoder model (model=transformer_base or model=transformer_big)"
+        )
+    if seq2seq and d.kind != "translation":
+        raise ConfigError(
+            f"model={cfg.model.name} is an encoder-decoder translation model but dataset={d.name} is a language-modelling "
+            f"corpus; use a translation dataset (dataset=wmt14_en_de, dataset=multi30k_en_de) or a language model"
+        )
+    if d.kind == "translation" and d.tokenizer != "bpe":
+        raise ConfigError(f"dataset.tokenizer={d.tokenizer!r}: translation corpora use a joint BPE; set dataset.tokenizer=bpe")
+    if d.tokenizer == "bpe" and not d.bpe_vocab_size:
+        raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (e.g. 8000); got {d.bpe_vocab_size}")
+    if d.kind == "translation" and (not d.src_lang or not d.tgt_lang or d.src_lang == d.tgt_lang):
+        raise ConfigError(
+            f"dataset.src_lang={d.src_lang!r}, dataset.tgt_lang={d.tgt_lang!r}: a translation corpus needs two different "
+            f"languages, e.g. dataset.src_lang=en dataset.tgt_lang=de"
+        )
+    if not 0.0 <= t.label_smoothing < 1.0:
+        raise ConfigError(f"trainer.label_smoothing={t.label_smoothing} must be in [0, 1)")
+    if t.precision == "bf16" and t.device == "cpu":
+        print("repdegen: note: trainer.precision=bf16 on the CPU is slow; it is meant for GPUs")
+    if cfg.optim.schedule == "inverse_sqrt" and cfg.optim.name != "adam":
+        raise ConfigError(f"optim.schedule=inverse_sqrt is used with Adam (optim.name=adam); got optim.name={cfg.optim.name}")
 
 
 def finalize(cfg: DictConfig) -> DictConfig:
@@ -303,8 +426,17 @@ def finalize(cfg: DictConfig) -> DictConfig:
             "optim.lr",
             "dataset.train_tokens",
             "dataset.eval_tokens",
+            "dataset.train_pairs",
+            "dataset.eval_pairs",
+            "dataset.bpe_vocab_size",
+            "trainer.update_freq",
+            "trainer.max_updates",
+            "trainer.max_tokens",
+            "trainer.generation.beam",
+            "trainer.generation.batch_size",
         ),
     )
+    _check_data_model(cfg)
     from losses import validate_objective
     from models import check_tie, resolve_tie, validate_model
 

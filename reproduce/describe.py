@@ -11,6 +11,7 @@ is built on PyTorch's meta device, so even the largest model costs no memory.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import hydra
 import torch
@@ -26,14 +27,21 @@ register_all()
 
 def describe(cfg: DictConfig) -> dict:
     cfg = finalize(cfg)
-    from data.corpus import load_corpus, resolve_source
+    from data.corpus import data_dir_from, resolve_source
+    from reproduce.train import load_any_corpus
 
-    if resolve_source(cfg.dataset) == "local" or cfg.dataset.vocab_size is None:
-        vocab_size = len(load_corpus(cfg.dataset, cfg.paths.cache_dir).vocab)
-        vocab_source = "corpus"
-    else:  # no network round trip just to count types
-        vocab_size = cfg.dataset.vocab_size
+    d = cfg.dataset
+    root = data_dir_from(d)
+    local = resolve_source(d) == "local" and root is not None and (Path(root) / d.local_dir).is_dir()
+    if d.vocab_size is not None and not local:  # no network round trip just to count types
+        vocab_size = d.vocab_size
         vocab_source = "dataset.vocab_size (the papers' corpus; set REPDEGEN_DATA_DIR to count a local copy)"
+    elif d.tokenizer == "bpe" and not local:
+        vocab_size = d.bpe_vocab_size
+        vocab_source = "dataset.bpe_vocab_size (before training the BPE; set REPDEGEN_DATA_DIR to count a local copy)"
+    else:
+        vocab_size = len(load_any_corpus(d, cfg.paths.cache_dir).vocab)
+        vocab_source = "corpus"
     tie = resolve_tie(cfg.model, cfg.objective)
     with torch.device("meta"):
         model = build_model(cfg.model, vocab_size, tie)

@@ -53,6 +53,9 @@ class TableRow:
     paper: dict[str, Any] = field(default_factory=dict)
     group: str | None = None
     note: str | None = None
+    # extra overrides at one scale only, e.g. {lite: [dataset=multi30k_en_de]}: the lite/smoke cells
+    # of the WMT14 tables train on Multi30k
+    scale_overrides: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,19 +116,20 @@ def expand_cells(app: DictConfig) -> list[Cell]:
     for i, row in enumerate(app.table.rows):
         if row.experiment is None:
             continue
-        overrides = [f"scale={app.scale.name}", *row.overrides, *extra, *paths]
+        at_scale = list(row.scale_overrides.get(app.scale.name, []))
+        overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, *extra, *paths]
         try:
             cfg = finalize(compose_cell(row.experiment, overrides))
         except UserError:
             raise
         except Exception as err:  # a composition error names the bad row, not just the key
-            where = f"{row.experiment} {' '.join(row.overrides)}"
+            where = f"{row.experiment} {' '.join(row.overrides + at_scale)}"
             raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {err}") from None
         h = config_hash(cfg)
         if h in cells:
             cells[h].rows.append(i)
         else:
-            label = f"{row.experiment} {' '.join(row.overrides)}".strip()
+            label = f"{row.experiment} {' '.join(row.overrides + at_scale)}".strip()
             cells[h] = Cell([i], label, cfg, h)
     return list(cells.values())
 
@@ -218,7 +222,12 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     }
     out = Path(app.paths.tables_dir) / t.name / app.scale.name
     columns = list(t.columns)
-    markdown = to_markdown(t.title, columns, rows, meta, list(t.notes))
+    notes = list(t.notes)
+    signatures = sorted({r["metrics"].get("final", {}).get("bleu_signature") for r in records} - {None})
+    if signatures:
+        meta["bleu_signature"] = signatures
+        notes.append("SacreBLEU signature: " + "; ".join(f"`{sig}`" for sig in signatures))
+    markdown = to_markdown(t.title, columns, rows, meta, notes)
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
     atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta).encode()))

@@ -32,6 +32,15 @@ from reproduce.trainer import SimulatedInterrupt, Trainer, TrainingDiverged
 register_all()
 
 
+def load_any_corpus(dataset_cfg, cache_dir):
+    """The word/BPE token streams of a language-modelling corpus, or the pairs of a translation corpus."""
+    if dataset_cfg.kind == "translation":
+        from data.translation import load_parallel_corpus
+
+        return load_parallel_corpus(dataset_cfg, cache_dir)
+    return load_corpus(dataset_cfg, cache_dir)
+
+
 def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu")
@@ -87,10 +96,10 @@ def train(cfg: DictConfig) -> dict:
     started = previous.get("started") if previous else dt.datetime.now().isoformat(timespec="seconds")
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.trainer.device)
-    corpus = load_corpus(cfg.dataset, cfg.paths.cache_dir)
+    corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
     tie = resolve_tie(cfg.model, cfg.objective)
     model = build_model(cfg.model, len(corpus.vocab), tie).to(device)
-    objective = build_objective(cfg.objective, len(corpus.vocab)).to(device)
+    objective = build_objective(cfg.objective, len(corpus.vocab), cfg.trainer.label_smoothing).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     record = {
         "status": "running",
@@ -108,6 +117,8 @@ def train(cfg: DictConfig) -> dict:
         "history": [],
         "metrics": {},
     }
+    if getattr(corpus, "tokenizer", None) is not None:  # the run directory alone can translate/decode
+        corpus.tokenizer.save(run_dir / "bpe.model")
     logger = make_logger(cfg, run_dir, record["label"])
     trainer = Trainer(cfg, model, objective, corpus, run_dir, device, logger)
 
@@ -141,8 +152,11 @@ def train(cfg: DictConfig) -> dict:
     update(trainer.state)
     final = stages["final"]
     summary = ", ".join(f"{k} {v['valid_ppl']:.2f}/{v['test_ppl']:.2f}" for k, v in stages.items())
-    print(f"repdegen: done {record['label']} [{h}]: valid/test PPL {summary}; I(W) {final['isotropy']:.3g}, "
+    bleu = f"; BLEU {final['bleu']:.2f} (tokenized {final['bleu_tok']:.2f})" if "bleu" in final else ""
+    print(f"repdegen: done {record['label']} [{h}]: valid/test PPL {summary}{bleu}; I(W) {final['isotropy']:.3g}, "
           f"mean cos {final['mean_cos']:.3f}; {record['wall_time_s']:.0f}s", flush=True)
+    if "bleu_signature" in final:
+        print(f"repdegen: SacreBLEU signature: {final['bleu_signature']}", flush=True)
     if any(not math.isfinite(v["test_ppl"]) for v in stages.values()):
         print("repdegen: warning: a test perplexity is not finite")
     return record

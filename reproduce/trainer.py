@@ -17,15 +17,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from analysis.evaluate import evaluate_nll
 from analysis.metrics import embedding_metrics
-from data.batching import batchify, bptt_segments, get_batch
 from reproduce.errors import UserError
 from reproduce.ledger import atomic_torch_save
+from reproduce.tasks import make_task
 
 
 class TrainingDiverged(UserError):
@@ -52,6 +50,30 @@ class RunState:
     history: list[dict] = field(default_factory=list)
     train_seconds: float = 0.0
     stage_best_val: float = math.inf  # finetune's own best (starts at the loaded model's loss)
+    updates: int = 0  # optimizer updates so far (all stages)
+    saved_epochs: list[int] = field(default_factory=list)  # epoch weights kept for averaging
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    if precision == "auto":
+        return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return precision == "bf16"
+
+
+def average_weights(paths: list[Path], out: Path) -> None:
+    """Element-wise mean of the model (and objective) tensors saved in ``paths`` (fairseq's
+    scripts/average_checkpoints.py); integer buffers are taken from the last file."""
+    blobs = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    averaged = {}
+    for part in ("model", "objective"):
+        merged = {}
+        for key, last in blobs[-1][part].items():
+            if torch.is_floating_point(last):
+                merged[key] = sum(b[part][key].double() for b in blobs).div(len(blobs)).to(last.dtype)
+            else:
+                merged[key] = last
+        averaged[part] = merged
+    atomic_torch_save(out, averaged)
 
 
 def nonmonotone_trigger(history: list[float], value: float, nonmono: int) -> bool:
@@ -96,8 +118,7 @@ class Trainer:
         self.device = device
         self.logger = logger
         self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
-        self.train_stream = batchify(corpus.train, self.t.batch_size).to(device)
-        self.bptt_rng = np.random.default_rng(cfg.seed)
+        self.task = make_task(cfg, corpus, model, device)
         self.state = RunState(optimizer_name="sgd" if self.o.name == "ntasgd" else self.o.name)
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
         self.on_epoch_end = None  # callback(record) used by train.py to update result.json
@@ -108,7 +129,8 @@ class Trainer:
         if name == "sgd":
             return torch.optim.SGD(self.params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
         if name == "adam":
-            return torch.optim.Adam(self.params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+            opt_cls = torch.optim.AdamW if o.decoupled_weight_decay else torch.optim.Adam
+            return opt_cls(self.params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
         if name == "asgd":
             return torch.optim.ASGD(self.params, lr=o.lr, t0=0, lambd=0.0, weight_decay=o.weight_decay)
         raise ValueError(name)
@@ -117,6 +139,23 @@ class Trainer:
         if self.state.stage == "finetune" or self.state.optimizer_name == "asgd":
             return self.o.lr
         return self.o.lr * self.o.lr_decay ** max(epoch - self.o.decay_after_epoch, 0)
+
+    def lr_for_update(self, update: int) -> float:
+        """fairseq's inverse_sqrt: linear warm-up from warmup_init_lr over warmup_updates, then
+        lr * sqrt(warmup_updates / update); ``update`` = optimizer updates done so far."""
+        o = self.o
+        if update < o.warmup_updates:
+            return o.warmup_init_lr + update * (o.lr - o.warmup_init_lr) / o.warmup_updates
+        return o.lr * math.sqrt(o.warmup_updates / max(update, 1))
+
+    def current_lr(self, epoch: int) -> float:
+        if self.o.schedule == "inverse_sqrt" and self.state.optimizer_name == "adam":
+            return self.lr_for_update(self.state.updates)
+        return self.lr_for_epoch(epoch)
+
+    def autocast(self):
+        """bf16 autocast on the forward pass and the loss (``trainer.precision=bf16``)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=use_bf16(self.t.precision, self.device))
 
     # ---------------------------------------------------------------------------------------------
     def checkpoint_path(self) -> Path:
@@ -132,7 +171,7 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "rng_torch": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "rng_bptt": self.bptt_rng.bit_generator.state,
+                "rng_task": self.task.rng_state(),
             },
         )
 
@@ -149,7 +188,7 @@ class Trainer:
         torch.set_rng_state(ckpt["rng_torch"])
         if ckpt["rng_cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
-        self.bptt_rng.bit_generator.state = ckpt["rng_bptt"]
+        self.task.set_rng_state(ckpt["rng_task"])
         return True
 
     def save_weights(self, name: str) -> None:
@@ -161,64 +200,72 @@ class Trainer:
         self.objective.load_state_dict(blob["objective"])
 
     # ---------------------------------------------------------------------------------------------
+    def _updates_left(self) -> bool:
+        return self.t.max_updates is None or self.state.updates < self.t.max_updates
+
     def train_epoch(self, epoch: int) -> dict:
-        t, model, objective, opt = self.t, self.model, self.objective, self.optimizer
+        t, model, objective, task = self.t, self.model, self.objective, self.task
         model.train()
         objective.train()
-        lr = self.lr_for_epoch(epoch)
-        rng = self.bptt_rng if t.variable_bptt else None
-        max_len = t.bptt + 10 if (t.variable_bptt and self.state.stage == "finetune") else None
-        segments = list(bptt_segments(self.train_stream, t.bptt, rng, max_len))
-        state = model.init_state(t.batch_size, self.device)
-        # accumulated on the device; read (one host sync) only every `check_every` steps
+        batches = task.train_batches(epoch, self.state.stage)
+        groups = [batches[k : k + t.update_freq] for k in range(0, len(batches), t.update_freq)]
+        task.begin_epoch(model)
+        # accumulated on the device; read (one host sync) only every `check_every` updates
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         finite = torch.ones((), dtype=torch.bool, device=self.device)
-        n_tok, start, check_every = 0, time.time(), 10
+        n_tok, start, check_every, done = 0, time.time(), 10, 0
+        lr = self.current_lr(epoch)
         desc = f"{self.state.stage} epoch {epoch}"
-        bar = tqdm(segments, desc=desc, disable=not t.progress, leave=False, dynamic_ncols=True, mininterval=1.0)
-        for step, (i, seq_len) in enumerate(bar):
-            x, y = get_batch(self.train_stream, i, seq_len)
-            step_lr = lr * seq_len / t.bptt if t.variable_bptt else lr
-            for group in opt.param_groups:
-                group["lr"] = step_lr
-            state = model.detach_state(state)
-            out = model(x, state)
-            state = out.state
-            result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, step)
-            scale = seq_len if t.loss_reduction == "sum_over_time" else 1.0
-            loss = result.token_loss * scale + result.reg_loss + model.regularization(out)
-            finite &= torch.isfinite(loss.detach())
+        bar = tqdm(groups, desc=desc, disable=not t.progress, leave=False, dynamic_ncols=True, mininterval=1.0)
+        for step, group in enumerate(bar):
+            if not self._updates_left():
+                break
+            opt = self.optimizer
+            lr = self.current_lr(epoch)
+            step_lr = lr * task.lr_scale(group[0])
+            for param_group in opt.param_groups:
+                param_group["lr"] = step_lr
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            # gradient accumulation: each micro-batch's mean loss weighted by its share of the
+            # update's target tokens, so the update's gradient is that of the mean over all of them
+            sizes = [task.n_targets(b) for b in group]
+            total = sum(sizes)
+            for b, size in zip(group, sizes):
+                with self.autocast():
+                    loss, b_nll_sum, b_tok = task.loss(model, objective, b, self.state.updates)
+                finite &= torch.isfinite(loss.detach())
+                (loss * (size / total) if len(group) > 1 else loss).backward()
+                nll_sum += b_nll_sum
+                n_tok += b_tok
             if self.o.clip_grad_norm:
                 torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
             opt.step()
-            nll_sum += result.nll.double() * y.numel()
-            n_tok += y.numel()
-            if step % check_every == 0 or step == len(segments) - 1:
+            self.state.updates += 1
+            done += 1
+            if step % check_every == 0 or step == len(groups) - 1:
                 if not bool(finite):  # checkpoints are written only at epoch ends: the last one is good
                     raise TrainingDiverged(
-                        f"the training loss became NaN or infinite at {desc}, by batch {step + 1}/{len(segments)} "
+                        f"the training loss became NaN or infinite at {desc}, by update {step + 1}/{len(groups)} "
                         f"(lr={step_lr:g}). The last good checkpoint (after epoch {self.state.epoch} of stage "
                         f"{self.state.stage!r}) is kept at {self.checkpoint_path()}. Lower optim.lr or set "
                         f"optim.clip_grad_norm, then rerun with trainer.resume=true"
                     )
                 if t.progress:
-                    mean = nll_sum.item() / n_tok
+                    mean = nll_sum.item() / max(n_tok, 1)
                     bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
-                                    tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:g}")
-        for group in opt.param_groups:
-            group["lr"] = lr
+                                    tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:.3g}")
+        if not bool(finite):
+            raise TrainingDiverged(f"the training loss became NaN or infinite at {desc}; lower optim.lr")
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
         seconds = time.time() - start
         mean = nll_sum.item() / max(n_tok, 1)
-        return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr,
-                "tokens_per_s": n_tok / max(seconds, 1e-9), "epoch_seconds": seconds}
+        return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr, "updates": self.state.updates,
+                "epoch_updates": done, "tokens_per_s": n_tok / max(seconds, 1e-9), "epoch_seconds": seconds}
 
     def evaluate(self, split: str, batch_size: int | None = None) -> dict:
-        t = self.t
-        bs = batch_size or (t.eval_batch_size if split == "valid" else t.test_batch_size)
-        bptt = t.eval_bptt if bs > 1 else max(t.eval_bptt, 256)
-        return evaluate_nll(self.model, self.corpus.split(split), bs, bptt, self.device)
+        with self.autocast():
+            return self.task.evaluate(self.model, split, batch_size)
 
     def validate(self) -> dict:
         """Validation PPL and the output embedding's geometry (and test PPL with trainer.test_every_epoch)."""
@@ -278,14 +325,39 @@ class Trainer:
                     self.optimizer = self.make_optimizer("asgd")
                 s.val_history.append(val)
             s.epoch = epoch
+            self._keep_for_averaging(epoch)
             if t.early_stopping is not None and s.epochs_since_best > t.early_stopping:
                 print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_best} epochs without improvement", flush=True)
                 s.stopped_early = True
-            if s.stopped_early or epoch >= t.max_epochs:
+            if not self._updates_left():
+                print(f"[train epoch {epoch:3d}] reached trainer.max_updates={t.max_updates}", flush=True)
+            if s.stopped_early or epoch >= t.max_epochs or not self._updates_left():
                 s.stage = "trained"
             self._end_epoch(record)
         if s.stage == "train":  # max_epochs reached on resume with nothing left to do
             s.stage = "trained"
+
+    def _keep_for_averaging(self, epoch: int) -> None:
+        """The last weights (``last.pt``), and those of the last ``average_last`` epochs."""
+        t, s = self.t, self.state
+        if t.final_weights == "last" or t.average_last > 1:
+            self.save_weights("last.pt")
+        if t.average_last > 1:
+            self.save_weights(f"epoch{epoch}.pt")
+            s.saved_epochs.append(epoch)
+            while len(s.saved_epochs) > t.average_last:
+                (self.run_dir / f"epoch{s.saved_epochs.pop(0)}.pt").unlink(missing_ok=True)
+
+    def final_weights(self) -> str:
+        """The weights the final metrics come from: the average of the last ``average_last`` epochs
+        (fairseq's average_checkpoints), else the best-validation or the last weights."""
+        t, s = self.t, self.state
+        if t.average_last > 1 and len(s.saved_epochs) > 1:
+            names = [f"epoch{e}.pt" for e in s.saved_epochs]
+            average_weights([self.run_dir / n for n in names], self.run_dir / "averaged.pt")
+            print(f"repdegen: evaluating the average of {', '.join(names)}", flush=True)
+            return "averaged.pt"
+        return "last.pt" if t.final_weights == "last" else "best.pt"
 
     def _finetune_stage(self) -> None:
         """AWD-LSTM's finetune.py: ASGD from the best model until the first non-monotone trigger."""
@@ -316,8 +388,11 @@ class Trainer:
     def final_metrics(self, weights: str) -> dict:
         self.load_weights(weights)
         val, test = self.evaluate("valid"), self.evaluate("test")
-        metrics = {"valid_ppl": val["ppl"], "test_ppl": test["ppl"], "valid_nll": val["nll"], "test_nll": test["nll"]}
+        metrics = {"valid_ppl": val["ppl"], "test_ppl": test["ppl"], "valid_nll": val["nll"], "test_nll": test["nll"],
+                   "weights": weights}
         metrics.update(embedding_metrics(self.model.output_embedding, spectrum=True))
+        with self.autocast():
+            metrics.update(self.task.final_extras(self.model, self.run_dir, Path(weights).stem))
         return metrics
 
     def cache_metrics(self) -> dict:
@@ -338,7 +413,7 @@ class Trainer:
         if self.t.finetune_epochs > 0:
             if self.state.stage in ("trained", "finetune"):
                 self._finetune_stage()
-        stages["final"] = self.final_metrics("best.pt")
+        stages["final"] = self.final_metrics(self.final_weights())
         last = "best.pt"
         if self.t.finetune_epochs > 0:
             stages["finetune"] = self.final_metrics("best_finetune.pt")

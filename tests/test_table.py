@@ -36,7 +36,7 @@ def test_every_table_expands_at_every_scale(table, scale, tmp_path):
     for cell in cells:
         assert cell.cfg.scale.name == scale and cell.cfg.choices["experiment"] == app.table.rows[cell.rows[0]].experiment
         for col in app.table.columns:
-            assert col in ("params", "valid_ppl", "test_ppl")
+            assert col in ("params", "valid_ppl", "test_ppl", "bleu", "bleu_tok")
     for row in app.table.rows:
         assert row.paper, f"{table}: row {row.label!r} has no paper numbers"
         assert row.stage in ("final", "finetune", "cache")

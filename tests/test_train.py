@@ -207,7 +207,7 @@ def test_sum_over_time_scales_the_gradient_by_the_bptt_length(compose_cfg):
         obj = build_objective(cfg.objective, len(corpus.vocab))
         t = trainer_mod.Trainer(cfg, model, obj, corpus, Path("/nonexistent"), torch.device("cpu"))
         before = [p.detach().clone() for p in t.params]
-        t.train_stream = t.train_stream[:8]  # exactly one 7-step segment
+        t.task.stream = t.task.stream[:8]  # exactly one 7-step segment
         t.train_epoch(1)
         grads[reduction] = [b - p.detach() for b, p in zip(before, t.params)]
     for g_mean, g_sum in zip(grads["mean"], grads["sum_over_time"]):
