@@ -221,6 +221,8 @@ class ScaleConfig:
     train_pairs: int | None = None
     eval_pairs: int | None = None
     max_updates: int | None = None
+    # cap on the learning-rate warm-up (inverse_sqrt schedules), so a short run leaves the warm-up
+    warmup_updates: int | None = None
 
 
 @dataclass
@@ -354,6 +356,8 @@ def apply_scale(cfg: DictConfig) -> None:
         cfg.dataset.train_pairs = s.train_pairs
     if s.eval_pairs is not None:
         cfg.dataset.eval_pairs = s.eval_pairs
+    if s.warmup_updates is not None:
+        cfg.optim.warmup_updates = min(cfg.optim.warmup_updates, s.warmup_updates)
     if s.max_updates is not None:
         cur = cfg.trainer.max_updates
         cfg.trainer.max_updates = s.max_updates if cur is None else min(cur, s.max_updates)

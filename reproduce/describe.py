@@ -37,8 +37,11 @@ def describe(cfg: DictConfig) -> dict:
         vocab_size = d.vocab_size
         vocab_source = "dataset.vocab_size (the papers' corpus; set REPDEGEN_DATA_DIR to count a local copy)"
     elif d.tokenizer == "bpe" and not local:
-        vocab_size = d.bpe_vocab_size
-        vocab_source = "dataset.bpe_vocab_size (before training the BPE; set REPDEGEN_DATA_DIR to count a local copy)"
+        from data.bpe import N_SPECIALS
+
+        vocab_size = d.bpe_vocab_size + N_SPECIALS
+        vocab_source = ("dataset.bpe_vocab_size + 4 specials (the BPE is not trained yet; set REPDEGEN_DATA_DIR to count "
+                        "a local copy)")
     else:
         vocab_size = len(load_any_corpus(d, cfg.paths.cache_dir).vocab)
         vocab_source = "corpus"
