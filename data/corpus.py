@@ -114,7 +114,9 @@ def _read_lines(path: Path) -> list[str]:
     return lines
 
 
-def _local_lines(cfg) -> tuple[dict[str, list[str]], dict]:
+def local_base(cfg, example: str) -> Path:
+    """The data directory of ``dataset.source=local`` (``dataset.data_dir`` or ``REPDEGEN_DATA_DIR``);
+    ``example`` names a file it should hold, for the error message."""
     root = data_dir_from(cfg)
     if not root:
         raise DataError(
@@ -125,9 +127,14 @@ def _local_lines(cfg) -> tuple[dict[str, list[str]], dict]:
     if not base.is_dir():
         raise DataError(
             f"data directory {base} does not exist (from {'dataset.data_dir' if cfg.data_dir else 'REPDEGEN_DATA_DIR'}); "
-            f"point it at a folder holding {cfg.local_dir}/{cfg.files.get('train', '')}, or unset it to load "
-            f"{cfg.name} from the Hugging Face hub"
+            f"point it at a folder holding {cfg.local_dir}/{example}, or unset it to load {cfg.name} from the Hugging "
+            f"Face hub"
         )
+    return base
+
+
+def _local_lines(cfg) -> tuple[dict[str, list[str]], dict]:
+    base = local_base(cfg, cfg.files.get("train", ""))
     lines, digests, paths = {}, {}, {}
     for split in SPLITS:
         if split not in cfg.files:

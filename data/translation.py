@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
-from data.corpus import SPLITS, Vocab, _read_lines, data_dir_from, resolve_source
+from data.corpus import SPLITS, Vocab, _read_lines, local_base, resolve_source
 from reproduce.errors import ConfigError, DataError
 
 PARALLEL_CACHE_FORMAT = 1
@@ -88,19 +88,7 @@ class ParallelCorpus:
 # reading the raw sentences: {split: {lang: [lines]}}
 # --------------------------------------------------------------------------------------------------
 def _local_pairs(cfg, langs: tuple[str, str]) -> tuple[dict, dict]:
-    root = data_dir_from(cfg)
-    example = cfg.files.get("train", "train.{lang}") if cfg.files else "train.{lang}"
-    if not root:
-        raise DataError(
-            f"dataset.source=local needs a data directory: set REPDEGEN_DATA_DIR (or dataset.data_dir) to a folder "
-            f"holding {cfg.local_dir}/ (the layout of ../shared/data), or use dataset.source=hub"
-        )
-    base = Path(root).expanduser()
-    if not base.is_dir():
-        raise DataError(
-            f"data directory {base} does not exist (from {'dataset.data_dir' if cfg.data_dir else 'REPDEGEN_DATA_DIR'}); "
-            f"point it at a folder holding {cfg.local_dir}/{example}, or unset it to load {cfg.name} from the hub"
-        )
+    base = local_base(cfg, cfg.files.get("train", "train.{lang}") if cfg.files else "train.{lang}")
     lines: dict[str, dict[str, list[str]]] = {}
     paths: dict[str, dict[str, str]] = {}
     digests: dict[str, dict[str, str]] = {}

@@ -48,7 +48,7 @@ class Objective(nn.Module):
         if not eps:
             nll = nn.functional.cross_entropy(logits, targets)
             return nll, nll.detach()
-        lprobs = torch.log_softmax(logits.float(), dim=-1)
+        lprobs = torch.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), dim=-1)
         nll = -lprobs.gather(-1, targets.unsqueeze(-1)).mean()
         smooth = -lprobs.mean(-1).mean()
         return (1.0 - eps) * nll + eps * smooth, nll.detach()

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
+from omegaconf import MISSING
 from torch import nn
 from torch.nn import functional as F
 
@@ -57,51 +58,50 @@ POSITIONS = ("sinusoidal", "learned")
 
 
 @dataclass
-class TransformerLMConfig:
-    arch: str = "transformer_lm"
-    name: str = "transformer_lm"
+class TransformerSizes:
+    """What every Transformer here shares (the subclasses add their layer counts and defaults)."""
+
+    arch: str = MISSING
+    name: str = MISSING
     d_model: int = 512
-    n_layers: int = 6
     n_heads: int = 8
     d_ffn: int = 2048
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     activation: str = "relu"
-    # fairseq's transformer_lm always uses pre-norm plus a final LayerNorm
-    norm_first: bool = True
+    norm_first: bool = False
     positions: str = "sinusoidal"
     # longest sequence the learned position table covers (sinusoidal positions have no limit)
     max_positions: int = 1024
     tie_weights: bool = True
     # add an output bias (zero at init); fairseq has none, tied or not
     tied_output_bias: bool = False
+
+
+@dataclass
+class TransformerLMConfig(TransformerSizes):
+    arch: str = "transformer_lm"
+    name: str = "transformer_lm"
+    n_layers: int = 6
+    # fairseq's transformer_lm always uses pre-norm plus a final LayerNorm
+    norm_first: bool = True
     # None: no padding row. LM streams are never padded, and id 0 of a word-level vocabulary is its
     # most frequent word, whose embedding must train
     pad_id: int | None = None
 
 
 @dataclass
-class TransformerSeq2SeqConfig:
+class TransformerSeq2SeqConfig(TransformerSizes):
     arch: str = "transformer"
     name: str = "transformer"
-    d_model: int = 512
     encoder_layers: int = 6
     decoder_layers: int = 6
-    n_heads: int = 8
-    d_ffn: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    activation: str = "relu"
     # Vaswani et al. / fairseq transformer_wmt_en_de: post-norm, no final LayerNorm
     norm_first: bool = False
-    positions: str = "sinusoidal"
-    max_positions: int = 1024
-    # true: one matrix for encoder input, decoder input and output (fairseq --share-all-embeddings);
-    # false: a separate output matrix (the input embedding stays shared: the vocabulary is joint)
-    tie_weights: bool = True
-    tied_output_bias: bool = False
+    # tie_weights true: one matrix for encoder input, decoder input and output (fairseq
+    # --share-all-embeddings); false: a separate output matrix (the input embedding stays shared:
+    # the vocabulary is joint)
     pad_id: int = 0
 
 

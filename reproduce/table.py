@@ -38,7 +38,8 @@ from reproduce.provenance import command_line, git_commit, hardware_summary
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
     "lite": "about one GPU-hour per table; fewer epochs than the paper",
-    "smoke": "minutes on a CPU: widths x0.1, 1 epoch on 30k tokens, 5k evaluation tokens; checks plumbing, not numbers",
+    "smoke": "minutes on a CPU: widths x0.1, 1 epoch on 30k tokens (3k sentence pairs), 5k evaluation tokens (100 pairs); "
+             "checks plumbing, not numbers",
 }
 
 
