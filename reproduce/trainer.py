@@ -130,7 +130,8 @@ class Trainer:
             return torch.optim.SGD(self.params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
         if name == "adam":
             opt_cls = torch.optim.AdamW if o.decoupled_weight_decay else torch.optim.Adam
-            return opt_cls(self.params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+            fused = self.device.type == "cuda"  # one kernel for the whole update on GPUs
+            return opt_cls(self.params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay, fused=fused)
         if name == "asgd":
             return torch.optim.ASGD(self.params, lr=o.lr, t0=0, lambd=0.0, weight_decay=o.weight_decay)
         raise ValueError(name)
