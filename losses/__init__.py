@@ -34,6 +34,31 @@ class ObjectiveOutput:
     logs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+@dataclass
+class TokenLayout:
+    """Where the N flattened rows of ``hidden``/``targets`` come from, for objectives that need the
+    sequence structure (unlikelihood's "previous targets of the same sequence"): row i is position
+    ``pos[i]`` of sequence ``seq[i]`` (a BPTT column of the current segment, or a translation
+    target sentence); within a sequence, rows appear in increasing ``pos``."""
+
+    seq: torch.Tensor  # (N,) long
+    pos: torch.Tensor  # (N,) long
+    n_seq: int
+
+    @staticmethod
+    def time_major(T: int, B: int, device=None) -> TokenLayout:
+        """Rows of a (T, B) block flattened time-major (BPTT streams): row t*B + b."""
+        pos = torch.arange(T, device=device).repeat_interleave(B)
+        seq = torch.arange(B, device=device).repeat(T)
+        return TokenLayout(seq, pos, B)
+
+    @staticmethod
+    def from_mask(mask: torch.Tensor) -> TokenLayout:
+        """Rows = the True entries of a (B, T) mask in row-major order (padded translation targets)."""
+        seq, pos = mask.nonzero(as_tuple=True)
+        return TokenLayout(seq, pos, mask.size(0))
+
+
 class Objective(nn.Module):
     """Base of every objective. ``label_smoothing`` (set by ``build_objective`` from
     ``trainer.label_smoothing``) smooths the NLL term: ``(1 - eps) * NLL + eps * mean_k(-log p_k)``
@@ -41,6 +66,10 @@ class Objective(nn.Module):
     label_smoothed_cross_entropy spreads it over the V - 1 others, a difference of eps / V)."""
 
     label_smoothing: float = 0.0
+
+    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor) -> None:
+        """Called by the trainer before training with what a stateful objective may need (AGG's
+        counter memory spans ``updates_per_epoch`` updates; special symbols are never rare)."""
 
     def token_nll(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the training NLL term, smoothed if configured; the plain mean NLL, detached)."""
@@ -68,4 +97,4 @@ def objective_names() -> list[str]:
     return OBJECTIVES.names()
 
 
-from losses import al, cosreg, mle  # noqa: E402,F401  (register the objectives)
+from losses import adv_mle, agg, al, cosreg, mle, sc, ul  # noqa: E402,F401  (register the objectives)

@@ -93,7 +93,7 @@ class AugmentedLoss(Objective):
         if cfg.target_grad not in ("official", "none", "full"):
             raise ConfigError(f"objective.target_grad={cfg.target_grad!r} must be 'official', 'none' or 'full'")
 
-    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
         cfg = self.cfg
         logits = model.logits(hidden)
         loss, nll = self.token_nll(logits, targets)

@@ -44,7 +44,7 @@ class CosReg(Objective):
         if cfg.gamma < 0:
             raise ConfigError(f"objective.gamma={cfg.gamma} must be >= 0")
 
-    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0) -> ObjectiveOutput:
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
         loss, nll = self.token_nll(model.logits(hidden), targets)
         reg = cosine_regularizer(model.output_embedding.float())
         return ObjectiveOutput(token_loss=loss, reg_loss=self.cfg.gamma * reg, nll=nll, logs={"cosreg": reg.detach()})

@@ -27,6 +27,7 @@ from torch import nn
 
 from analysis.evaluate import evaluate_nll
 from data.batching import batchify, bptt_segments, get_batch
+from losses import TokenLayout
 
 
 class LMTask:
@@ -55,6 +56,10 @@ class LMTask:
             segments = [segments[k] for k in order]
         return segments
 
+    def updates_per_epoch(self) -> int:
+        n_segments = math.ceil((self.stream.size(0) - 1) / self.t.bptt)
+        return max(1, math.ceil(n_segments / self.t.update_freq))
+
     def lr_scale(self, batch) -> float:
         """AWD-LSTM scales the step's lr by seq_len / bptt under variable BPTT."""
         return batch[1] / self.t.bptt if self.t.variable_bptt else 1.0
@@ -71,7 +76,8 @@ class LMTask:
         self.state = model.detach_state(self.state)
         out = model(x, self.state)
         self.state = out.state
-        result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, update)
+        layout = TokenLayout.time_major(y.size(0), y.size(1), y.device)
+        result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, update, layout=layout)
         scale = seq_len if self.t.loss_reduction == "sum_over_time" else 1.0
         loss = result.token_loss * scale + result.reg_loss + model.regularization(out)
         return loss, result.nll.double() * y.numel(), y.numel()
@@ -113,6 +119,9 @@ class TranslationTask:
     def train_batches(self, epoch: int, stage: str) -> list:
         return self._batches("train", True, [self.cfg.seed, epoch])
 
+    def updates_per_epoch(self) -> int:
+        return max(1, math.ceil(len(self._batches("train", False)) / self.t.update_freq))
+
     def lr_scale(self, batch) -> float:
         return 1.0
 
@@ -128,11 +137,11 @@ class TranslationTask:
         b = collate(part, indices).to(self.device)
         out = model(b.src, b.prev)
         mask = b.target != self.pad
-        return out.hidden[mask], b.target[mask]
+        return out.hidden[mask], b.target[mask], mask
 
     def loss(self, model, objective, batch, update: int):
-        hidden, target = self._forward(model, self.corpus.train, batch)
-        result = objective(hidden, target, model, update)
+        hidden, target, mask = self._forward(model, self.corpus.train, batch)
+        result = objective(hidden, target, model, update, layout=TokenLayout.from_mask(mask))
         return result.token_loss + result.reg_loss, result.nll.double() * target.numel(), target.numel()
 
     @torch.no_grad()
@@ -143,7 +152,7 @@ class TranslationTask:
         part = self.corpus.split(split)
         nll_sum, count = 0.0, 0
         for indices in self._batches(split, shuffle=False):
-            hidden, target = self._forward(model, part, indices)
+            hidden, target, _ = self._forward(model, part, indices)
             logits = model.logits(hidden)
             nll_sum += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
             count += target.numel()

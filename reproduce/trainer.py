@@ -25,6 +25,9 @@ from reproduce.errors import UserError
 from reproduce.ledger import atomic_torch_save
 from reproduce.tasks import make_task
 
+# never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
+SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
+
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
@@ -119,6 +122,10 @@ class Trainer:
         self.logger = logger
         self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
         self.task = make_task(cfg, corpus, model, device)
+        if hasattr(objective, "setup"):
+            specials = [corpus.vocab.stoi[s] for s in SPECIAL_SYMBOLS if s in corpus.vocab.stoi]
+            objective.setup(updates_per_epoch=self.task.updates_per_epoch(), special_ids=specials,
+                            train_counts=corpus.vocab.counts)
         self.state = RunState(optimizer_name="sgd" if self.o.name == "ntasgd" else self.o.name)
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
         self.on_epoch_end = None  # callback(record) used by train.py to update result.json

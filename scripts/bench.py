@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from losses import build_objective  # noqa: E402
+from losses import TokenLayout, build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
 from reproduce.config import CONF_DIR, finalize, register_all  # noqa: E402
 from reproduce.provenance import git_commit, hardware  # noqa: E402
@@ -98,11 +98,13 @@ def micro_step(kind, model, objective, batch, step):
     if kind == "lm":
         out = model(batch["x"], None)
         h = out.hidden.reshape(-1, out.hidden.size(-1))
-        result = objective(h, batch["y"].reshape(-1), model, step)
+        layout = TokenLayout.time_major(batch["y"].size(0), batch["y"].size(1), h.device)
+        result = objective(h, batch["y"].reshape(-1), model, step, layout=layout)
     else:
         out = model(batch["src"], batch["prev"])
         h = out.hidden.reshape(-1, out.hidden.size(-1))
-        result = objective(h, batch["target"].reshape(-1), model, step)
+        layout = TokenLayout.from_mask(torch.ones_like(batch["target"], dtype=torch.bool))
+        result = objective(h, batch["target"].reshape(-1), model, step, layout=layout)
     return result.token_loss + result.reg_loss
 
 
@@ -122,6 +124,7 @@ def bench_one(model_name: str, objective: str, args, device) -> dict:
     torch.manual_seed(0)
     model = build_model(cfg.model, vocab, resolve_tie(cfg.model, cfg.objective)).to(device)
     obj = build_objective(cfg.objective, vocab, cfg.trainer.label_smoothing).to(device)
+    obj.setup(updates_per_epoch=1000, special_ids=[0, 1, 2, 3], train_counts=torch.arange(vocab, 0, -1))
     params = [p for p in list(model.parameters()) + list(obj.parameters()) if p.requires_grad]
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01, fused=fused)
