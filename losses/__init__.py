@@ -67,9 +67,13 @@ class Objective(nn.Module):
 
     label_smoothing: float = 0.0
 
-    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor) -> None:
-        """Called by the trainer before training with what a stateful objective may need (AGG's
-        counter memory spans ``updates_per_epoch`` updates; special symbols are never rare)."""
+    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
+        """Called by the trainer before training (and before a checkpoint is loaded) with what a
+        stateful objective may need: AGG's counter memory spans ``updates_per_epoch`` updates, special
+        symbols are never rare, the freezing experiments read the training counts and the model."""
+
+    def after_update(self, model, step: int) -> None:
+        """Called by the trainer after optimizer update ``step`` (the freezing experiments restore rows)."""
 
     def token_nll(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the training NLL term, smoothed if configured; the plain mean NLL, detached)."""
@@ -97,4 +101,4 @@ def objective_names() -> list[str]:
     return OBJECTIVES.names()
 
 
-from losses import adv_mle, agg, al, cosreg, mle, sc, ul  # noqa: E402,F401  (register the objectives)
+from losses import adv_mle, agg, al, cosreg, freeze, mle, sc, ul, ul_agg  # noqa: E402,F401  (register the objectives)

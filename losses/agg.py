@@ -201,7 +201,8 @@ class AGG(Objective):
     def memory_updates(self) -> int:
         return self.counts.size(0)
 
-    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor | None = None) -> None:
+    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor | None = None,
+              model=None) -> None:
         """K = ``memory_updates`` or ``updates_per_epoch``; the special symbols are never rare. The
         corpus counts (``train_counts``) are not used: the grouping comes from the memory alone. The
         memory is kept when K is unchanged (setup before loading a checkpoint, or called twice)."""

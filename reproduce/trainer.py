@@ -125,7 +125,7 @@ class Trainer:
         if hasattr(objective, "setup"):
             specials = [corpus.vocab.stoi[s] for s in SPECIAL_SYMBOLS if s in corpus.vocab.stoi]
             objective.setup(updates_per_epoch=self.task.updates_per_epoch(), special_ids=specials,
-                            train_counts=corpus.vocab.counts)
+                            train_counts=corpus.vocab.counts, model=model)
         self.state = RunState(optimizer_name="sgd" if self.o.name == "ntasgd" else self.o.name)
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
         self.on_epoch_end = None  # callback(record) used by train.py to update result.json
@@ -248,6 +248,8 @@ class Trainer:
             if self.o.clip_grad_norm:
                 torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
             opt.step()
+            if hasattr(objective, "after_update"):
+                objective.after_update(model, self.state.updates)
             self.state.updates += 1
             done += 1
             if step % check_every == 0 or step == len(groups) - 1:

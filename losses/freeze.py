@@ -1,0 +1,127 @@
+"""Freezing experiments of Yu et al. (2022), Sec. 3 (Table 1, Figure 2; Table 2).
+
+The rare group is the rarest ``rare_fraction`` (20%) of the vocabulary by training frequency (Sec.
+3.1: 30/50/20% frequent/medium/rare; ``analysis.groups.frequency_groups``), special symbols excluded.
+It is fixed for the whole run (it comes from the corpus, not from AGG's memory).
+
+``mode=embedding`` (Table 1, Figure 2: "freezing the rare group token embeddings in their initial
+states"): while ``step < until_step`` (``null``: all training), the gradient of the rare rows of the
+embedding matrix (tied: input and output use alike; untied: both matrices) is zeroed by a gradient
+hook, and after every optimizer update the rows are put back to their initial values (so decoupled
+weight decay cannot move them either). The initial rows are a buffer, saved in checkpoints.
+
+``mode=parts`` (Table 2): the parts of Yu eq. 4 named in ``parts`` are detached for the rare rows of
+the *output* embedding: (b) ``p_r|i h_i`` over rows i whose target is not rare, (c) the same over
+rows whose target is rare (other than r); part (a), the pull toward the target's own hidden states,
+always trains. This is AGG's gated gradient (losses/agg.py, the fused function) with constant gates:
+g1 = 0 on rare tokens when (b) is frozen, g2 = 0 when (c) is, 1 otherwise; the hidden states get the
+plain softmax gradient. After ``until_step`` the objective is plain MLE.
+
+The reported ``nll`` is the plain NLL; the ``token_loss`` value of ``mode=parts`` is 2 x NLL (AGG's
+two-term form), its gradient is the MLE gradient with the frozen parts removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from losses import Objective, ObjectiveOutput, register_objective
+from losses.agg import _FusedAGG
+from reproduce.errors import ConfigError
+
+MODES = ("embedding", "parts")
+PARTS = ("b", "c")
+
+
+@dataclass
+class FreezeConfig:
+    name: str = "freeze"
+    mode: str = "embedding"
+    parts: list[str] = field(default_factory=lambda: ["b", "c"])
+    # freeze during optimizer updates 0 .. until_step - 1 (null: the whole run)
+    until_step: int | None = None
+    rare_fraction: float = 0.2
+    tie_weights: bool | None = None
+
+
+@register_objective("freeze", FreezeConfig)
+class Freeze(Objective):
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.register_buffer("rare", torch.zeros(vocab_size, dtype=torch.bool))
+        self.register_buffer("init_rows", torch.zeros(0))
+        self._active = False
+        self._hooked = False
+
+    @staticmethod
+    def validate_config(cfg) -> None:
+        if cfg.mode not in MODES:
+            raise ConfigError(
+                f"objective.mode={cfg.mode!r} is not one of {', '.join(MODES)} (embedding: Yu Table 1; parts: Table 2)"
+            )
+        bad = [p for p in cfg.parts if p not in PARTS]
+        if bad or (cfg.mode == "parts" and not cfg.parts):
+            raise ConfigError(f"objective.parts={list(cfg.parts)} must name parts of Yu eq. 4 among {PARTS}, e.g. [b] or [b, c]")
+        if not 0.0 < cfg.rare_fraction < 1.0:
+            raise ConfigError(f"objective.rare_fraction={cfg.rare_fraction} must be in (0, 1) (the paper's rare group is 0.2)")
+        if cfg.until_step is not None and cfg.until_step < 0:
+            raise ConfigError(f"objective.until_step={cfg.until_step} must be >= 0, or null to freeze for the whole run")
+
+    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
+        from analysis.groups import frequency_groups
+
+        rest = (1.0 - self.cfg.rare_fraction) / 2
+        groups = frequency_groups(train_counts, fractions=(rest, rest, self.cfg.rare_fraction))
+        rare = torch.zeros(self.vocab_size, dtype=torch.bool)
+        rare[groups["rare"]] = True
+        if special_ids:
+            rare[torch.as_tensor(list(special_ids), dtype=torch.long)] = False
+        self.rare.copy_(rare.to(self.rare.device))
+        if self.cfg.mode == "embedding" and model is not None:
+            with torch.no_grad():
+                self.init_rows = torch.stack([w[self.rare].detach().clone() for w in self._matrices(model)])
+            self._hook(model)
+
+    # -- mode=embedding ------------------------------------------------------------------------------
+    @staticmethod
+    def _matrices(model) -> list[torch.Tensor]:
+        mats = [model.input_embedding]
+        if model.output_embedding is not model.input_embedding:
+            mats.append(model.output_embedding)
+        return mats
+
+    def _hook(self, model) -> None:
+        if self._hooked:
+            return
+        for w in self._matrices(model):
+            w.register_hook(lambda g: g.masked_fill(self.rare.unsqueeze(1), 0.0) if self._active else g)
+        self._hooked = True
+
+    def frozen(self, step: int) -> bool:
+        return self.cfg.until_step is None or step < self.cfg.until_step
+
+    @torch.no_grad()
+    def after_update(self, model, step: int) -> None:
+        """Called by the trainer after optimizer update ``step``: restore the frozen rows."""
+        if self.cfg.mode == "embedding" and self._active and self.init_rows.numel():
+            for w, rows in zip(self._matrices(model), self.init_rows):
+                w[self.rare] = rows.to(w.dtype)
+
+    # -- loss ----------------------------------------------------------------------------------------
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        self._active = self.training and self.frozen(step)
+        if self.cfg.mode == "embedding" or not self._active:
+            loss, nll = self.token_nll(model.logits(hidden), targets)
+            return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll)
+        dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        ones = torch.ones(self.vocab_size, dtype=dtype, device=hidden.device)
+        zero_rare = (~self.rare).to(dtype)
+        g1 = zero_rare if "b" in self.cfg.parts else ones
+        g2 = zero_rare if "c" in self.cfg.parts else ones
+        loss, nll = _FusedAGG.apply(hidden, model.output_embedding, model.output_bias, targets, g1, g2,
+                                    self.rare[targets], float(self.label_smoothing))
+        return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll.detach())
