@@ -148,6 +148,23 @@ class GenerationConfig:
 
 
 @dataclass
+class AnalysisConfig:
+    """Degeneration metrics of language models, computed on the final weights (Yu et al. 2022).
+
+    ``groups``: per frequency group (frequent / medium / rare = 30 / 50 / 20 % of types by training
+    frequency, or the official AGG index cut-offs ``group_cutoffs: [13000, 36000]``) the test PPL
+    and Uniq, the I(W) of the group's output embeddings and the rare-frequent mean cosine:
+    ``ppl_<group>``, ``uniq``, ``uniq_<group>``, ``isotropy_<group>``, ``cos_rare_frequent``.
+    ``wordsim``: Spearman x 100 of the output embedding on MEN, WS353, RG65, RW (``wordsim_<name>``;
+    needs the word-sim folder under ``REPDEGEN_DATA_DIR``).
+    """
+
+    groups: bool = True
+    group_cutoffs: list[int] | None = None
+    wordsim: bool = False
+
+
+@dataclass
 class TrainerConfig:
     """One training loop for every model and objective.
 
@@ -198,6 +215,7 @@ class TrainerConfig:
     # which weights give the final metrics: ``best`` (lowest validation loss) or ``last``
     final_weights: str = "best"
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
 
 
 @dataclass
@@ -223,6 +241,8 @@ class ScaleConfig:
     max_updates: int | None = None
     # cap on the learning-rate warm-up (inverse_sqrt schedules), so a short run leaves the warm-up
     warmup_updates: int | None = None
+    # cap on gradient accumulation, so a short run makes several updates
+    update_freq: int | None = None
 
 
 @dataclass
@@ -358,6 +378,8 @@ def apply_scale(cfg: DictConfig) -> None:
         cfg.dataset.eval_pairs = s.eval_pairs
     if s.warmup_updates is not None:
         cfg.optim.warmup_updates = min(cfg.optim.warmup_updates, s.warmup_updates)
+    if s.update_freq is not None:
+        cfg.trainer.update_freq = min(cfg.trainer.update_freq, s.update_freq)
     if s.max_updates is not None:
         cur = cfg.trainer.max_updates
         cfg.trainer.max_updates = s.max_updates if cur is None else min(cur, s.max_updates)

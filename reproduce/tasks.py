@@ -90,7 +90,35 @@ class LMTask:
         return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device)
 
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
-        return {}
+        """The degeneration metrics of ``trainer.analysis`` on the test split (Yu et al. 2022)."""
+        a = self.t.analysis
+        out: dict = {}
+        if a.groups:
+            from analysis.groups import frequency_groups, group_cosines, group_isotropy, group_metrics
+
+            vocab = self.corpus.vocab
+            groups = frequency_groups(vocab.counts, cutoffs=a.group_cutoffs,
+                                      n_specials=4 if self.corpus.tokenizer is not None else 0)
+            bs = self.t.test_batch_size
+            bptt = self.t.eval_bptt if (bs > 1 or self.stateless) else max(self.t.eval_bptt, 256)
+            forbid = [vocab.stoi["<pad>"]] if "<pad>" in vocab.stoi else []
+            m = group_metrics(model, self.corpus.test, groups, bs, bptt, self.device, forbid=forbid)
+            out["uniq"] = m["uniq"]
+            for name, g in m["groups"].items():
+                out[f"ppl_{name}"], out[f"uniq_{name}"] = g["ppl"], g["uniq"]
+            weight = model.output_embedding.detach().float()
+            for name, value in group_isotropy(weight, groups).items():
+                if name != "total":
+                    out[f"isotropy_{name}"] = value
+            out["cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
+        if a.wordsim:
+            from analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
+
+            lookup = self.corpus.tokenizer if self.corpus.tokenizer is not None else self.corpus.vocab
+            for name, r in evaluate_wordsim(model.output_embedding.detach().float(), lookup,
+                                            load_wordsim_datasets()).items():
+                out[f"wordsim_{name.lower()}"] = r["spearman"]
+        return out
 
 
 class TranslationTask:
