@@ -98,10 +98,14 @@ def plot_svd_projection(weight: torch.Tensor, counts_or_groups, path, title: str
     return _save(fig, path)
 
 
-def normalized_singular_values(weight: torch.Tensor) -> np.ndarray:
+def normalized_singular_values(weight) -> np.ndarray:
     """Singular values of ``weight`` divided by the largest (Gao et al. 2019 Fig. 2(b): "We normalize the
-    singular values of each matrix so that the largest one is 1")."""
-    s = torch.linalg.svdvals(weight.detach().cpu().to(torch.float64)).numpy()
+    singular values of each matrix so that the largest one is 1"). ``weight``: the matrix, or its
+    singular values already computed (a 1-D sequence, e.g. a run's recorded ``singular_values``)."""
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        s = torch.linalg.svdvals(weight.detach().cpu().to(torch.float64)).numpy()
+    else:
+        s = np.sort(np.asarray(weight, dtype=np.float64))[::-1]
     return s / s[0] if s.size and s[0] > 0 else s
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -204,6 +205,46 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
     return rows, records
 
 
+def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, title: str) -> list[str]:
+    """The papers' embedding figures for the cells of a table, next to it:
+
+    * ``singular_values.png``: normalised singular values of each cell's final output embedding (Gao
+      Fig. 2(b), Yu Fig. 3(c));
+    * ``geometry_over_training.png``: I(W), I(W) of the rare and frequent groups and the rare-frequent
+      mean cosine at every evaluation (Yu Fig. 2);
+    * ``svd_<k>.png``: each cell's output embedding projected on its top-2 singular directions,
+      coloured by frequency group (Gao Figs 1(a), 2(a); Yu Figs 1, 3).
+    """
+    from analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projection
+
+    written = []
+    spectra = {r["_row_label"]: r["metrics"]["final"]["singular_values"] for r in records
+               if r["metrics"].get("final", {}).get("singular_values")}
+    if spectra:
+        plot_singular_values(spectra, out / "singular_values.png", f"Singular values of W — {title}")
+        written.append("singular_values.png")
+    keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent")
+            if any(k in h for r in records for h in r.get("history", []))]
+    if keys:
+        histories = {r["_row_label"]: [dict(h, step=h.get("updates", i + 1)) for i, h in enumerate(r["history"])]
+                     for r in records}
+        plot_metric_over_training(histories, keys, out / "geometry_over_training.png", f"Embedding geometry — {title}",
+                                  x_key="step")
+        written.append("geometry_over_training.png")
+    for k, r in enumerate(records, 1):
+        run = runs_dir / r["config_hash"]
+        weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")
+        if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
+            continue  # the run's files are not on this machine: the table still renders
+        state = torch.load(weights, map_location="cpu", weights_only=False)["model"]
+        tied = r["config"]["model"].get("tie_weights", True)
+        key = "embedding.weight" if tied or "output_weight" not in state else "output_weight"
+        counts = torch.load(run / "vocab_counts.pt")
+        plot_svd_projection(state[key], counts, out / f"svd_{k}.png", f"{r['_row_label']} — {title}", max_points=20000)
+        written.append(f"svd_{k}.png")
+    return written
+
+
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Path:
     t = app.table
     hw = sorted({hardware_summary(r["hardware"]) for r in records}) or ["n/a"]
@@ -234,6 +275,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta).encode()))
     plot_validation_curves([(r["_row_label"], r["_row_group"], r["history"]) for r in records],
                            out / "curves.png", f"{t.title} — scale {app.scale.name}")
+    figures = render_embedding_figures(records, Path(app.paths.runs_dir), out, f"{t.name} ({app.scale.name})")
     atomic_write_json(out / "cells.json", {
         "table": t.name, "scale": app.scale.name, "command": command_line(_ORIGINAL_ARGV or None),
         "meta": meta,
@@ -241,7 +283,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
                    "run_dir": str(Path(app.paths.runs_dir) / r.config_hash) if r.config_hash else None} for r in rows],
     })
     print(markdown)
-    print(f"repdegen: wrote {out}/table.{{md,csv,tex}} and curves.png")
+    print(f"repdegen: wrote {out}/table.{{md,csv,tex}}, curves.png" + "".join(f", {f}" for f in figures))
     return out
 
 

@@ -30,6 +30,20 @@ from data.batching import batchify, bptt_segments, get_batch
 from losses import TokenLayout
 
 
+def group_geometry(task, model) -> dict:
+    """I(W) of the rare and frequent output embeddings and their mean cosine, per evaluation (Yu et
+    al. 2022 Fig. 2); empty when ``trainer.analysis.groups`` is off."""
+    if not task.t.analysis.groups:
+        return {}
+    from analysis.groups import group_cosines, group_isotropy
+
+    groups = task.groups()
+    weight = model.output_embedding.detach().float()
+    iso = group_isotropy(weight, {k: groups[k] for k in ("frequent", "rare")})
+    return {"isotropy_frequent": iso["frequent"], "isotropy_rare": iso["rare"],
+            "cos_rare_frequent": group_cosines(weight, groups)["rare_frequent"]}
+
+
 class LMTask:
     def __init__(self, cfg, corpus, model, device):
         self.cfg, self.t, self.corpus, self.device = cfg, cfg.trainer, corpus, device
@@ -89,16 +103,24 @@ class LMTask:
         bptt = t.eval_bptt if (bs > 1 or self.stateless) else max(t.eval_bptt, 256)
         return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device)
 
+    def groups(self):
+        from analysis.groups import frequency_groups
+
+        return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs,
+                                n_specials=4 if self.corpus.tokenizer is not None else 0)
+
+    def group_geometry(self, model) -> dict:
+        return group_geometry(self, model)
+
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """The degeneration metrics of ``trainer.analysis`` on the test split (Yu et al. 2022)."""
         a = self.t.analysis
         out: dict = {}
         if a.groups:
-            from analysis.groups import frequency_groups, group_cosines, group_isotropy, group_metrics
+            from analysis.groups import group_cosines, group_isotropy, group_metrics
 
             vocab = self.corpus.vocab
-            groups = frequency_groups(vocab.counts, cutoffs=a.group_cutoffs,
-                                      n_specials=4 if self.corpus.tokenizer is not None else 0)
+            groups = self.groups()
             bs = self.t.test_batch_size
             bptt = self.t.eval_bptt if (bs > 1 or self.stateless) else max(self.t.eval_bptt, 256)
             forbid = [vocab.stoi["<pad>"]] if "<pad>" in vocab.stoi else []
@@ -206,6 +228,14 @@ class TranslationTask:
             for i, hyp in zip(indices, nbest):
                 hyps[i] = self.corpus.tokenizer.decode(hyp[0].tokens)
         return hyps
+
+    def groups(self):
+        from analysis.groups import frequency_groups
+
+        return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs, n_specials=4)
+
+    def group_geometry(self, model) -> dict:
+        return group_geometry(self, model)
 
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """BLEU on ``trainer.generation.bleu_splits``: SacreBLEU (detokenized, with its signature) and

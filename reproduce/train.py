@@ -119,6 +119,7 @@ def train(cfg: DictConfig) -> dict:
     }
     if getattr(corpus, "tokenizer", None) is not None:  # the run directory alone can translate/decode
         corpus.tokenizer.save(run_dir / "bpe.model")
+    torch.save(corpus.vocab.counts.clone(), run_dir / "vocab_counts.pt")  # frequency groups for the figures
     logger = make_logger(cfg, run_dir, record["label"])
     trainer = Trainer(cfg, model, objective, corpus, run_dir, device, logger)
 

@@ -286,6 +286,7 @@ class Trainer:
                 test = self.evaluate("test")
                 metrics.update(test_nll=test["nll"], test_ppl=test["ppl"])
             metrics.update(embedding_metrics(self.model.output_embedding, spectrum=self.t.spectrum))
+            metrics.update(self.task.group_geometry(self.model))
         return metrics
 
     # ---------------------------------------------------------------------------------------------

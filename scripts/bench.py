@@ -109,6 +109,9 @@ def micro_step(kind, model, objective, batch, step):
 
 
 def bench_one(model_name: str, objective: str, args, device) -> dict:
+    """``objective``: a name, optionally with config overrides: ``agg:implementation=literal``."""
+    objective, _, opts = objective.partition(":")
+    obj_overrides = [f"objective.{o}" for o in opts.split(",") if o]
     kind = "translation" if model_name.startswith("transformer_") and model_name not in ("transformer_lm6",) else "lm"
     dataset = "wmt14_en_de" if kind == "translation" else "wikitext103"
     extra = ["scale=smoke"] if args.smoke else []
@@ -119,7 +122,9 @@ def bench_one(model_name: str, objective: str, args, device) -> dict:
         extra.append(f"trainer.max_tokens={args.max_tokens}")
     if args.smoke:
         extra += ["trainer.bptt=64", "trainer.batch_size=2", "trainer.max_tokens=256"]
-    cfg = compose_cfg(model_name, objective, dataset, extra)
+    if args.bptt:
+        extra.append(f"trainer.bptt={args.bptt}")
+    cfg = compose_cfg(model_name, objective, dataset, extra + obj_overrides)
     vocab = args.vocab or PAPER_VOCAB[kind]
     torch.manual_seed(0)
     model = build_model(cfg.model, vocab, resolve_tie(cfg.model, cfg.objective)).to(device)
@@ -167,7 +172,7 @@ def bench_one(model_name: str, objective: str, args, device) -> dict:
     peak = peak_flops(device, bf16)
     result = {
         "model": model_name,
-        "objective": objective,
+        "objective": objective + (f"[{opts}]" if opts else ""),
         "kind": kind,
         "precision": "bf16" if bf16 else "fp32",
         "parameters": n_params,
@@ -182,7 +187,7 @@ def bench_one(model_name: str, objective: str, args, device) -> dict:
         "flops_per_token": fpt,
         "mfu": (fpt * tok_per_update / median / peak) if peak else None,
     }
-    print(f"{model_name:18s} {objective:8s} {result['precision']}: {result['tokens_per_s']:>12,.0f} tok/s  "
+    print(f"{model_name:18s} {result['objective']:26s} {result['precision']}: {result['tokens_per_s']:>12,.0f} tok/s  "
           f"step {median * 1e3:8.1f} ms  peak mem {result['peak_mem_gb'] or 0:6.2f} GB  "
           f"MFU {result['mfu'] * 100 if result['mfu'] else float('nan'):5.1f}%", flush=True)
     return result
@@ -210,6 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--update-freq", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=None, help="LM blocks per micro-batch (default: the recipe's)")
     parser.add_argument("--max-tokens", type=int, default=None, help="MT padded tokens per micro-batch")
+    parser.add_argument("--bptt", type=int, default=None, help="LM block length (default: the recipe's 1,024)")
     parser.add_argument("--src-len", type=int, default=32)
     parser.add_argument("--tgt-len", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the papers' 44,256 / 40,624)")
