@@ -18,6 +18,12 @@ COLUMN_LABELS = {
     "isotropy": "I(W)",
     "mean_cos": "Mean cos",
     "bleu_tok": "BLEU tokenized",
+    "uniq": "Uniq",
+    "cos_rare_frequent": "cos(rare, freq)",
+    **{f"ppl_{g}": f"PPL {g}" for g in ("frequent", "medium", "rare")},
+    **{f"uniq_{g}": f"Uniq {g}" for g in ("frequent", "medium", "rare")},
+    **{f"isotropy_{g}": f"I(W) {g}" for g in ("frequent", "medium", "rare")},
+    **{f"wordsim_{d}": d.upper() for d in ("men", "ws353", "rg65", "rw")},
     "bleu": "SacreBLEU",
 }
 
@@ -39,10 +45,14 @@ def _fmt(value, column: str) -> str:
         return "–"
     if column == "params":
         return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-    if column in ("isotropy", "mean_cos"):
+    if column.startswith(("isotropy", "mean_cos", "cos_")):
         return f"{value:.3g}"
+    if column.startswith("uniq"):
+        return f"{value:.0f}"
     if column.startswith("bleu"):
         return f"{value:.2f}"
+    if column.startswith("ppl_") or column in ("valid_ppl", "test_ppl"):
+        return f"{value:.2f}" if abs(value) < 100 else (f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}")
     return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
 

@@ -18,6 +18,13 @@ from reproduce.table import expand_cells, run_table
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 
 
+KNOWN_METRICS = (
+    "params", "valid_ppl", "test_ppl", "bleu", "bleu_tok", "uniq", "isotropy", "cos_rare_frequent",
+    *(f"{m}_{g}" for m in ("ppl", "uniq", "isotropy") for g in ("frequent", "medium", "rare")),
+    *(f"wordsim_{d}" for d in ("men", "ws353", "rg65", "rw")),
+)
+
+
 def compose_app(table: str, scale: str, tmp_path: Path, data_dir: Path | None = None):
     app = compose("table_app", overrides=[f"table={table}", f"scale={scale}", f"paths.output_dir={tmp_path}/out",
                                          f"paths.tables_dir={tmp_path}/tables"])
@@ -36,7 +43,7 @@ def test_every_table_expands_at_every_scale(table, scale, tmp_path):
     for cell in cells:
         assert cell.cfg.scale.name == scale and cell.cfg.choices["experiment"] == app.table.rows[cell.rows[0]].experiment
         for col in app.table.columns:
-            assert col in ("params", "valid_ppl", "test_ppl", "bleu", "bleu_tok")
+            assert col in KNOWN_METRICS
     for row in app.table.rows:
         assert row.paper, f"{table}: row {row.label!r} has no paper numbers"
         assert row.stage in ("final", "finetune", "cache")
@@ -104,12 +111,17 @@ def test_render_formats_deltas_and_groups():
             RenderedRow("C", "G2", {"test_ppl": 70.0}, {}, "paper-only")]
     meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m", "generated": "now"}
     md = to_markdown("T", ["test_ppl"], rows, meta, ["a note"])
-    assert "| A | 80.0 | 82.2 | +2.2 |" in md and "| B | 90.0 | 88.0 | −2.0 |" in md and "| C | 70.0 | – |  |" in md
+    # perplexities below 100 keep two decimals (Yu et al. print 15.51), others one; Δ as the values
+    assert "| A | 80.00 | 82.25 | +2.25 |" in md and "| B | 90.00 | 88.00 | −2.00 |" in md and "| C | 70.00 | – |  |" in md
+    wide = to_markdown("T", ["test_ppl", "uniq", "isotropy_rare"],
+                       [RenderedRow("D", None, {"test_ppl": 224.24, "uniq": 13143.0, "isotropy_rare": 0.198},
+                                    {"test_ppl": 1234.5, "uniq": 97.0, "isotropy_rare": 0.81349}, "complete")], meta, [])
+    assert "| D | 224.2 | 1234 | +1010 | 13143 | 97 | −13046 | 0.198 | 0.813 | +0.615 |" in wide
     assert md.count("**G1**") == 1 and "- a note" in md
     parsed = list(csv.DictReader(io.StringIO(to_csv(["test_ppl"], rows))))
     assert float(parsed[0]["test_ppl_delta"]) == pytest.approx(2.25)
     tex = to_latex("T", ["test_ppl"], rows, meta)
-    assert "A & 80.0 & 82.2 & +2.2" in tex and "C & 70.0 & -- &" in tex
+    assert "A & 80.00 & 82.25 & +2.25" in tex and "C & 70.00 & -- &" in tex
 
 
 def test_table_cli_renders(tmp_path, tiny_data):
