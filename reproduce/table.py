@@ -212,6 +212,7 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
       Fig. 2(b), Yu Fig. 3(c));
     * ``geometry_over_training.png``: I(W), I(W) of the rare and frequent groups and the rare-frequent
       mean cosine at every evaluation (Yu Fig. 2);
+    * ``rare_group_size.png``: AGG's rare group size over the first 1,000 updates (Yu Fig. 4);
     * ``svd_<k>.png``: each cell's output embedding projected on its top-2 singular directions,
       coloured by frequency group (Gao Figs 1(a), 2(a); Yu Figs 1, 3).
     """
@@ -231,6 +232,14 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
         plot_metric_over_training(histories, keys, out / "geometry_over_training.png", f"Embedding geometry — {title}",
                                   x_key="step")
         written.append("geometry_over_training.png")
+    traces = {r["_row_label"]: r["trace"]["rare_count"] for r in records if r.get("trace", {}).get("rare_count")}
+    if traces:
+        from analysis.embedding_figures import plot_metric_over_training
+
+        hist = {label: [{"step": s, "rare_count": v} for s, v in t] for label, t in traces.items()}
+        plot_metric_over_training(hist, "rare_count", out / "rare_group_size.png",
+                                  f"AGG rare group size over the first updates — {title}", x_key="step")
+        written.append("rare_group_size.png")
     for k, r in enumerate(records, 1):
         run = runs_dir / r["config_hash"]
         weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")

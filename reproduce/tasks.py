@@ -94,6 +94,7 @@ class LMTask:
         result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, update, layout=layout)
         scale = seq_len if self.t.loss_reduction == "sum_over_time" else 1.0
         loss = result.token_loss * scale + result.reg_loss + model.regularization(out)
+        self.last_logs = result.logs
         return loss, result.nll.double() * y.numel(), y.numel()
 
     # -- evaluation -------------------------------------------------------------------------------
@@ -192,6 +193,7 @@ class TranslationTask:
     def loss(self, model, objective, batch, update: int):
         hidden, target, mask = self._forward(model, self.corpus.train, batch)
         result = objective(hidden, target, model, update, layout=TokenLayout.from_mask(mask))
+        self.last_logs = result.logs
         return result.token_loss + result.reg_loss, result.nll.double() * target.numel(), target.numel()
 
     @torch.no_grad()

@@ -125,6 +125,8 @@ def train(cfg: DictConfig) -> dict:
 
     def update(state) -> None:
         record["history"] = [_compact(r) for r in state.history]
+        if state.trace:
+            record["trace"] = state.trace
         record["wall_time_s"] = prior_wall + time.time() - start_wall
         ledger.write(h, record)
 

@@ -27,6 +27,7 @@ from reproduce.tasks import make_task
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
+TRACE_UPDATES = 1000
 
 
 class TrainingDiverged(UserError):
@@ -55,6 +56,9 @@ class RunState:
     stage_best_val: float = math.inf  # finetune's own best (starts at the loaded model's loss)
     updates: int = 0  # optimizer updates so far (all stages)
     saved_epochs: list[int] = field(default_factory=list)  # epoch weights kept for averaging
+    # per-update traces of the objective's logs over the first TRACE_UPDATES updates (AGG's rare
+    # group size: Yu Fig. 4): {name: [[update, value], ...]}
+    trace: dict = field(default_factory=dict)
 
 
 def use_bf16(precision: str, device: torch.device) -> bool:
@@ -248,6 +252,9 @@ class Trainer:
             if self.o.clip_grad_norm:
                 torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
             opt.step()
+            if self.state.updates < TRACE_UPDATES and "rare_count" in getattr(task, "last_logs", {}):
+                value = float(task.last_logs["rare_count"])  # a host sync, for the first updates only
+                self.state.trace.setdefault("rare_count", []).append([self.state.updates, value])
             if hasattr(objective, "after_update"):
                 objective.after_update(model, self.state.updates)
             self.state.updates += 1
