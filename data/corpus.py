@@ -324,6 +324,11 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         print(f"repdegen: warning: {cfg.name} has {len(vocab)} types, the papers' corpus has {cfg.vocab_size}; "
               f"check the source files ({info.get('files') or info.get('location')})")
     ids = dict(blob["ids"])
+    start = getattr(cfg, "train_start", 0) or 0
+    if start:
+        if start >= ids["train"].numel():
+            raise DataError(f"dataset.train_start={start} is beyond the {ids['train'].numel()} training tokens of {cfg.name}")
+        ids["train"] = ids["train"][start:]
     if cfg.train_tokens is not None:
         ids["train"] = ids["train"][: cfg.train_tokens]
     if cfg.eval_tokens is not None:

@@ -41,6 +41,11 @@ class ALConfig:
     form: str = "kl"
     target_grad: str = "official"
     tie_weights: bool | None = None
+    # Inan 2017 Sec. 6.2 (Fig. 1): J_tot = beta * tau^2 * |V| * J_aug + (1 - beta) * J (eq. 6.1) replaces
+    # J + alpha * J_aug when beta is set; unit_norm_embedding renormalises the rows of L to norm 1
+    # after every update ("we also constrain each row of the input embedding matrix to have a norm of 1")
+    beta: float | None = None
+    unit_norm_embedding: bool = False
 
 
 @dataclass
@@ -90,6 +95,9 @@ class AugmentedLoss(Objective):
             raise ConfigError(f"objective.alpha={cfg.alpha} must be >= 0")
         if cfg.form not in ("kl", "ce"):
             raise ConfigError(f"objective.form={cfg.form!r} must be 'kl' or 'ce'")
+        beta = cfg.get("beta") if hasattr(cfg, "get") else getattr(cfg, "beta", None)
+        if beta is not None and not 0.0 <= beta <= 1.0:
+            raise ConfigError(f"objective.beta={cfg.beta} must be in [0, 1] (the share of the augmented loss, Inan 2017 eq. 6.1)")
         if cfg.target_grad not in ("official", "none", "full"):
             raise ConfigError(f"objective.target_grad={cfg.target_grad!r} must be 'official', 'none' or 'full'")
 
@@ -98,7 +106,17 @@ class AugmentedLoss(Objective):
         logits = model.logits(hidden)
         loss, nll = self.token_nll(logits, targets)
         aug = augmented_loss(logits.float(), targets, model.input_embedding, cfg.temperature, cfg.form, cfg.target_grad).mean()
-        return ObjectiveOutput(token_loss=loss + cfg.alpha * aug, reg_loss=0.0, nll=nll, logs={"aug_loss": aug.detach()})
+        if cfg.beta is not None:  # Inan 2017 eq. 6.1
+            total = cfg.beta * cfg.temperature**2 * logits.size(-1) * aug + (1.0 - cfg.beta) * loss
+        else:
+            total = loss + cfg.alpha * aug
+        return ObjectiveOutput(token_loss=total, reg_loss=0.0, nll=nll, logs={"aug_loss": aug.detach()})
+
+    @torch.no_grad()
+    def after_update(self, model, step: int) -> None:
+        if self.cfg.unit_norm_embedding:
+            w = model.input_embedding
+            w.div_(w.norm(dim=1, keepdim=True).clamp(min=1e-12))
 
 
 @register_objective("real", REALConfig)

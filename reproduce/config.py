@@ -60,7 +60,9 @@ class DatasetConfig:
     vocab_size: int | None = None
     eos: str = "<eos>"
     unk: str = "<unk>"
-    # truncation (set by the scale; None = whole split)
+    # truncation (set by the scale; None = whole split); train_start: the first training token used
+    # (Inan 2017 Sec. 6.2 trains on a 20,000-token window of PTB)
+    train_start: int = 0
     train_tokens: int | None = None
     eval_tokens: int | None = None
     # ---- what the corpus is and how it is cut into tokens -------------------------------------
@@ -366,16 +368,12 @@ def apply_scale(cfg: DictConfig) -> None:
         cfg.trainer.max_epochs = min(cfg.trainer.max_epochs, s.max_epochs)
     if s.finetune_epochs is not None:
         cfg.trainer.finetune_epochs = min(cfg.trainer.finetune_epochs, s.finetune_epochs)
-    if s.train_tokens is not None:
-        cfg.dataset.train_tokens = s.train_tokens
-    if s.eval_tokens is not None:
-        cfg.dataset.eval_tokens = s.eval_tokens
+    for key in ("train_tokens", "eval_tokens", "train_pairs", "eval_pairs"):  # caps: a preset's smaller window stays
+        cap, cur = s[key], cfg.dataset[key]
+        if cap is not None:
+            cfg.dataset[key] = cap if cur is None else min(cur, cap)
     if s.cache_window is not None:
         cfg.trainer.cache.window = min(cfg.trainer.cache.window, s.cache_window)
-    if s.train_pairs is not None:
-        cfg.dataset.train_pairs = s.train_pairs
-    if s.eval_pairs is not None:
-        cfg.dataset.eval_pairs = s.eval_pairs
     if s.warmup_updates is not None:
         cfg.optim.warmup_updates = min(cfg.optim.warmup_updates, s.warmup_updates)
     if s.update_freq is not None:

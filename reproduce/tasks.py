@@ -134,6 +134,11 @@ class LMTask:
                 if name != "total":
                     out[f"isotropy_{name}"] = value
             out["cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
+        if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
+            from analysis.inspection import subspace_distance
+
+            out["subspace_distance"] = subspace_distance(model.input_embedding.detach().double().cpu(),
+                                                         model.output_embedding.detach().double().cpu())
         if a.wordsim:
             from analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
 

@@ -194,7 +194,8 @@ def test_cosreg_objective_adds_gamma_times_regularizer_once_per_step():
     out = build_objective(OmegaConf.create({"name": "cosreg", "gamma": 2.5, "tie_weights": True}), V)(h, y, model)
     assert out.token_loss.item() == pytest.approx(torch.nn.functional.cross_entropy(model.logits(h), y).item(), rel=1e-6)
     brute = brute_cosreg(model.output_embedding.detach().double()).item()
-    assert float(out.reg_loss.detach()) == pytest.approx(2.5 * brute, rel=1e-6)
+    # the objective computes in float32 (|sum w^_i|^2 - N cancels): agreement to float32 precision
+    assert float(out.reg_loss.detach()) == pytest.approx(2.5 * brute, rel=1e-4, abs=1e-6)
 
 
 def test_identical_rows_give_maximal_regularizer():
