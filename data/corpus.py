@@ -152,6 +152,15 @@ def _local_lines(cfg) -> tuple[dict[str, list[str]], dict]:
     return lines, {"source": "local", "files": paths, "sha256": digests}
 
 
+def unavailable(cfg, source: str, err: Exception) -> DataError:
+    """The error for a corpus `datasets` could not load (offline hub, bad saved folder...)."""
+    return DataError(
+        f"could not load {cfg.name} through `datasets` ({source}): {type(err).__name__}: {err}. "
+        f"Without a network, set REPDEGEN_DATA_DIR to a folder laid out like ../shared/data "
+        f"(dataset.source=local), or pass dataset.source=disk dataset.disk_path=<saved DatasetDict>"
+    )
+
+
 def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
     import datasets
 
@@ -183,11 +192,7 @@ def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
     except DataError:
         raise
     except Exception as err:  # the hub raises many kinds; all mean "could not get the data"
-        raise DataError(
-            f"could not load {cfg.name} through `datasets` ({source}): {type(err).__name__}: {err}. "
-            f"Without a network, set REPDEGEN_DATA_DIR to a folder laid out like ../shared/data "
-            f"(dataset.source=local), or pass dataset.source=disk dataset.disk_path=<saved DatasetDict>"
-        ) from None
+        raise unavailable(cfg, source, err) from None
     split_names = cfg.hub_splits if source in ("hub", "disk") else {s: s for s in SPLITS}
     lines, prints = {}, {}
     for split in SPLITS:

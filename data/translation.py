@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
-from data.corpus import SPLITS, Vocab, _read_lines, local_base, resolve_source
+from data.corpus import SPLITS, Vocab, _read_lines, local_base, resolve_source, unavailable
 from reproduce.errors import ConfigError, DataError
 
 PARALLEL_CACHE_FORMAT = 1
@@ -140,11 +140,7 @@ def _datasets_pairs(cfg, source: str, langs: tuple[str, str]) -> tuple[dict, dic
     except DataError:
         raise
     except Exception as err:  # the hub raises many kinds; all mean "could not get the data"
-        raise DataError(
-            f"could not load {cfg.name} through `datasets` ({source}): {type(err).__name__}: {err}. "
-            f"Without a network, set REPDEGEN_DATA_DIR to a folder laid out like ../shared/data "
-            f"(dataset.source=local), or pass dataset.source=disk dataset.disk_path=<saved DatasetDict>"
-        ) from None
+        raise unavailable(cfg, source, err) from None
     if not isinstance(dsd, datasets.DatasetDict):
         raise DataError(f"{where} is a single Dataset, not a DatasetDict with splits; save a DatasetDict with "
                         f"train/validation/test splits")
