@@ -14,35 +14,15 @@ from losses.cosreg import cosine_regularizer
 from models import build_model
 from models.lstm_lm import LSTMLMConfig
 from reproduce.errors import ConfigError
+from tests.tiny import TinyOutputModel
 
 torch.manual_seed(0)
 V, D, N = 13, 6, 9
 
 
-class TinyModel(torch.nn.Module):
+def TinyModel(tied: bool, bias: bool = True) -> TinyOutputModel:
     """Just an output layer: logits = h W^T + b, W = L when tied."""
-
-    def __init__(self, tied: bool, bias: bool = True):
-        super().__init__()
-        self.embedding = torch.nn.Embedding(V, D)
-        self.tie_weights = tied
-        self.w = None if tied else torch.nn.Parameter(torch.randn(V, D))
-        self.b = torch.nn.Parameter(torch.randn(V)) if bias else None
-
-    @property
-    def input_embedding(self):
-        return self.embedding.weight
-
-    @property
-    def output_embedding(self):
-        return self.embedding.weight if self.tie_weights else self.w
-
-    @property
-    def output_bias(self):
-        return self.b
-
-    def logits(self, h):
-        return torch.nn.functional.linear(h, self.output_embedding, self.output_bias)
+    return TinyOutputModel(V, D, tied, bias)
 
 
 def brute_nll(h, y, W, b):

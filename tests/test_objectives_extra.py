@@ -19,34 +19,14 @@ from losses.sc import spectrum_penalty, spectrum_prior
 from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
 from reproduce.errors import ConfigError
 from reproduce.train import train
+from tests.tiny import TinyOutputModel
 
 V, D = 7, 5
 
 
-class TinyModel(torch.nn.Module):
+def TinyModel(tied: bool = True, bias: bool = True, dtype=torch.float32, v: int = V, d: int = D) -> TinyOutputModel:
     """Just an output layer: logits = h W^T + b, W = the input embedding when tied."""
-
-    def __init__(self, tied: bool = True, bias: bool = True, dtype=torch.float32, v: int = V, d: int = D):
-        super().__init__()
-        self.embedding = torch.nn.Embedding(v, d, dtype=dtype)
-        self.tie_weights = tied
-        self.w = None if tied else torch.nn.Parameter(torch.randn(v, d, dtype=dtype))
-        self.b = torch.nn.Parameter(torch.randn(v, dtype=dtype)) if bias else None
-
-    @property
-    def input_embedding(self):
-        return self.embedding.weight
-
-    @property
-    def output_embedding(self):
-        return self.embedding.weight if self.tie_weights else self.w
-
-    @property
-    def output_bias(self):
-        return self.b
-
-    def logits(self, h):
-        return F.linear(h, self.output_embedding, self.output_bias)
+    return TinyOutputModel(v, d, tied, bias, dtype)
 
 
 def make(name: str, **fields):
