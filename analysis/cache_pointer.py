@@ -14,11 +14,10 @@ positions at once with a banded mask.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from analysis.metrics import perplexity
 from data.batching import batchify, get_batch
 
 
@@ -70,4 +69,4 @@ def evaluate_cache(model, ids: torch.Tensor, window: int, theta: float, lambdah:
         past_h, past_y = past_h[-window:], past_y[-window:]
     model.train(was_training)
     mean = nll_sum / count
-    return {"nll": mean, "ppl": math.exp(mean), "tokens": count}
+    return {"nll": mean, "ppl": perplexity(mean), "tokens": count}

@@ -3,11 +3,10 @@ logits, in nats, and PPL = exp(mean NLL) over every predicted token of the split
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from analysis.metrics import perplexity
 from data.batching import batchify, get_batch
 
 
@@ -32,4 +31,4 @@ def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device) -
         count += y.numel()
     model.train(was_training)
     mean = nll_sum / count
-    return {"nll": mean, "ppl": math.exp(mean), "tokens": count}
+    return {"nll": mean, "ppl": perplexity(mean), "tokens": count}

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from analysis.metrics import isotropy
+from analysis.metrics import isotropy, perplexity
 from data.batching import batchify, get_batch
 
 GROUP_NAMES = ("frequent", "medium", "rare")
@@ -177,7 +177,7 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
         mean = float(g_nll[k]) / n if n else math.nan
         out_groups[name] = {
             "nll": mean,
-            "ppl": math.exp(mean) if n else math.nan,
+            "ppl": perplexity(mean) if n else math.nan,
             "tokens": n,
             "uniq": int(predicted[gid].sum()),
             "uniq_target": int(target_seen[gid].sum()),
@@ -185,7 +185,7 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
     mean = nll_sum / count
     return {
         "nll": mean,
-        "ppl": math.exp(mean),
+        "ppl": perplexity(mean),
         "tokens": count,
         "uniq": int(predicted.sum()),
         "uniq_target": int(target_seen.sum()),

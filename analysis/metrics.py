@@ -11,7 +11,14 @@ signs are taken (2d candidates). Z overflows for real embeddings, so it is compu
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+
+def perplexity(mean_nll: float) -> float:
+    """exp(mean NLL), and inf (not an OverflowError) for a diverged model whose NLL exceeds ~709 nats."""
+    return math.exp(mean_nll) if mean_nll < 709.0 else math.inf
 
 
 @torch.no_grad()

@@ -109,3 +109,11 @@ def test_cache_pointer_matches_per_position_loop(bptt, block):
     with_cache = evaluate_cache(model, rep, window=30, theta=1.0, lambdah=0.5, bptt=bptt, device="cpu", block=block)
     plain = evaluate_nll(model, rep, 1, bptt, "cpu")
     assert with_cache["ppl"] < plain["ppl"]
+
+
+def test_perplexity_of_a_diverged_model_is_inf_not_an_error():
+    import math
+
+    from analysis.metrics import perplexity
+
+    assert perplexity(800.0) == math.inf and perplexity(math.log(42.0)) == pytest.approx(42.0)
