@@ -161,7 +161,9 @@ def unavailable(cfg, source: str, err: Exception) -> DataError:
     )
 
 
-def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
+def load_dataset_dict(cfg, source: str):
+    """(DatasetDict, a description of where it came from) for ``dataset.source`` hub | disk | text,
+    with one clear DataError for anything `datasets` cannot load."""
     import datasets
 
     try:
@@ -193,6 +195,11 @@ def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
         raise
     except Exception as err:  # the hub raises many kinds; all mean "could not get the data"
         raise unavailable(cfg, source, err) from None
+    return dsd, where
+
+
+def _datasets_lines(cfg, source: str) -> tuple[dict[str, list[str]], dict]:
+    dsd, where = load_dataset_dict(cfg, source)
     split_names = cfg.hub_splits if source in ("hub", "disk") else {s: s for s in SPLITS}
     lines, prints = {}, {}
     for split in SPLITS:

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
-from data.corpus import SPLITS, Vocab, _read_lines, local_base, resolve_source, unavailable
+from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
 from reproduce.errors import ConfigError, DataError
 
 PARALLEL_CACHE_FORMAT = 1
@@ -124,23 +124,7 @@ def _local_pairs(cfg, langs: tuple[str, str]) -> tuple[dict, dict]:
 def _datasets_pairs(cfg, source: str, langs: tuple[str, str]) -> tuple[dict, dict]:
     import datasets
 
-    try:
-        if source == "hub":
-            if not cfg.hub_name:
-                raise DataError(f"dataset {cfg.name!r} has no hub_name; use dataset.source=local")
-            dsd = datasets.load_dataset(cfg.hub_name, cfg.hub_config, revision=cfg.hub_revision)
-            where = f"{cfg.hub_name}" + (f"/{cfg.hub_config}" if cfg.hub_config else "")
-            where += f"@{cfg.hub_revision}" if cfg.hub_revision else ""
-        else:
-            if not cfg.disk_path or not Path(cfg.disk_path).exists():
-                raise DataError(f"dataset.disk_path={cfg.disk_path!r} does not exist; give the folder written by "
-                                f"DatasetDict.save_to_disk")
-            dsd = datasets.load_from_disk(cfg.disk_path)
-            where = cfg.disk_path
-    except DataError:
-        raise
-    except Exception as err:  # the hub raises many kinds; all mean "could not get the data"
-        raise unavailable(cfg, source, err) from None
+    dsd, where = load_dataset_dict(cfg, source)
     if not isinstance(dsd, datasets.DatasetDict):
         raise DataError(f"{where} is a single Dataset, not a DatasetDict with splits; save a DatasetDict with "
                         f"train/validation/test splits")
