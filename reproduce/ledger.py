@@ -6,13 +6,18 @@
     <runs_dir>/<hash>/best.pt         weights with the best validation loss
 
 Every file is written to a temporary name in the same directory and renamed over the old one, so a
-reader (or a killed writer) never sees half a file.
+reader (or a killed writer) never sees half a file. A process training a run holds an exclusive
+``flock`` on ``<runs_dir>/<hash>/.lock`` (:meth:`Ledger.lock`), so two schedulers, sweeps or users
+that ask for the same config never train it at once; the lock dies with its process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,14 @@ from typing import Any
 import torch
 
 STATUS_COMPLETE = "complete"
+
+
+class RunLocked(Exception):
+    """Another live process holds the run's lock (``reproduce.train`` turns this into a UserError)."""
+
+    def __init__(self, run_dir: Path, holder: str):
+        super().__init__(f"{run_dir} is being trained by another process ({holder})")
+        self.run_dir, self.holder = run_dir, holder
 
 
 def atomic_write_bytes(path: Path, write) -> None:
@@ -69,3 +82,26 @@ class Ledger:
         path = self.run_dir(config_hash) / "result.json"
         atomic_write_json(path, record)
         return path
+
+    @contextlib.contextmanager
+    def lock(self, config_hash: str):
+        """Hold the run's exclusive lock for the block; :class:`RunLocked` if another process holds it.
+
+        ``flock`` locks belong to the open file, so a killed holder releases it at once (no stale
+        lock files to clean up); the file names the holder (host and pid) for the error message.
+        """
+        run_dir = self.run_dir(config_hash)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = path.read_text().strip() or "unknown process"
+                raise RunLocked(run_dir, holder) from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+            yield
+        finally:
+            os.close(fd)  # releases the lock

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
+from pathlib import Path
 
 import hydra
 import torch
@@ -24,7 +25,7 @@ from losses import build_objective
 from models import build_model, resolve_tie
 from reproduce.config import config_hash, finalize, register_all
 from reproduce.errors import ConfigError, exit_on_user_error
-from reproduce.ledger import STATUS_COMPLETE, Ledger
+from reproduce.ledger import STATUS_COMPLETE, Ledger, RunLocked, atomic_write_json
 from reproduce.loggers import make_logger
 from reproduce.provenance import command_line, git_commit, hardware
 from reproduce.trainer import SimulatedInterrupt, Trainer, TrainingDiverged
@@ -70,10 +71,24 @@ def run_label(cfg: DictConfig) -> str:
 
 
 def train(cfg: DictConfig) -> dict:
-    """Run (or finish, or look up) the experiment ``cfg`` describes; return its ledger record."""
+    """Run (or finish, or look up) the experiment ``cfg`` describes; return its ledger record.
+
+    The run's directory is locked while it trains (:meth:`Ledger.lock`): a second process asking
+    for the same config gets a clear error instead of writing over the first one's checkpoints.
+    """
     cfg = finalize(cfg)
     h = config_hash(cfg)
     ledger = Ledger(cfg.paths.runs_dir)
+    try:
+        with ledger.lock(h):
+            return _train(cfg, h, ledger)
+    except RunLocked as err:
+        raise ConfigError(
+            f"{err}. Wait for it to finish (a complete run is reused, not repeated), or stop that process first"
+        ) from None
+
+
+def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     run_dir = ledger.run_dir(h)
     previous = ledger.load(h)
     if previous is not None and previous.get("status") == STATUS_COMPLETE:
@@ -173,10 +188,28 @@ def hydra_choices() -> dict:
     return {k: str(v) for k, v in choices.items() if not k.startswith("hydra/") and v is not None}
 
 
+def write_job_pointer(record: dict) -> None:
+    """``run.json`` in the Hydra job's output directory: which ledger run this job was, so a
+    multirun directory can be aggregated (``python -m reproduce.aggregate DIR``)."""
+    try:
+        out = HydraConfig.get().runtime.output_dir
+    except ValueError:
+        return
+    atomic_write_json(Path(out) / "run.json", {
+        "config_hash": record.get("config_hash"), "status": record.get("status"),
+        "run_dir": str(Path(record["config"]["paths"]["runs_dir"]).resolve() / record["config_hash"]),
+        "label": record.get("label"),
+    })
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | None:
+    """Returns the final validation PPL (the value a Hydra sweeper such as Optuna minimizes)."""
     cfg.choices = hydra_choices()
-    exit_on_user_error(train)(cfg)
+    record = exit_on_user_error(train)(cfg)
+    write_job_pointer(record)
+    final = record.get("metrics", {}).get("final", {})
+    return float(final["valid_ppl"]) if "valid_ppl" in final else None
 
 
 if __name__ == "__main__":
