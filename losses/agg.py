@@ -56,8 +56,10 @@ otherwise. An output bias (the fairseq models have none) is gated like W. The lo
 Both give the same loss and gradients (tests/test_agg.py).
 
 Grouping: dynamic (every update) by default; ``static_after_updates=S`` freezes the rare *set* to the
-one of update S - 1 from update S on (Yu Table 9 "static AGG": the group fixed after one epoch; the
-presets set S to one epoch); the appearance a_k, hence the gate values, keep following the memory.
+one of update S - 1 from update S on (Yu Table 9 "static AGG": the group fixed after one epoch);
+``static_after_epochs=E`` says the same in epochs, S = round(E x the trainer's updates per epoch),
+which the table uses so that nobody has to count a corpus's updates by hand. The appearance a_k,
+hence the gate values, keep following the memory.
 
 Departures from the official code (its bugs, see shared/notes/reference-implementations.md): the
 memory is written only in training mode (``self.training``), never by evaluation; it is a set of
@@ -91,6 +93,7 @@ class AGGConfig:
     gate2: bool = True  # false: Yu Table 8 "no g2"
     memory_updates: int | None = None  # K; null = the optimizer updates of one epoch
     static_after_updates: int | None = None  # freeze the rare set after this many updates (Table 9)
+    static_after_epochs: float | None = None  # the same in epochs of updates (resolved by setup)
     implementation: str = "fused"  # fused | literal
     tie_weights: bool | None = None
 
@@ -168,7 +171,9 @@ class AGG(Objective):
         self.cfg = cfg
         self.vocab_size = vocab_size
         k = cfg.memory_updates or 1
-        self._needs_setup = cfg.memory_updates is None
+        self._needs_setup = cfg.memory_updates is None or getattr(cfg, "static_after_epochs", None) is not None
+        # update from which the rare set stays fixed (static AGG); setup() resolves static_after_epochs
+        self.static_after: int | None = cfg.static_after_updates
         self.register_buffer("counts", torch.zeros(k, vocab_size, dtype=torch.int32))
         self.register_buffer("total", torch.zeros(vocab_size, dtype=torch.int64))
         self.register_buffer("slot_step", torch.full((k,), -1, dtype=torch.int64))
@@ -190,6 +195,14 @@ class AGG(Objective):
                 f"objective.memory_updates={cfg.memory_updates} must be a positive number of optimizer updates, "
                 "or null for one epoch of updates"
             )
+        if cfg.static_after_updates is not None and cfg.static_after_epochs is not None:
+            raise ConfigError(
+                f"objective.static_after_updates={cfg.static_after_updates} and objective.static_after_epochs="
+                f"{cfg.static_after_epochs} both say when the rare set freezes; set one of them (the other null)"
+            )
+        if cfg.static_after_epochs is not None and cfg.static_after_epochs <= 0:
+            raise ConfigError(f"objective.static_after_epochs={cfg.static_after_epochs} must be > 0 (epochs of updates), "
+                              "or null for dynamic grouping")
         if cfg.static_after_updates is not None and cfg.static_after_updates < 1:
             raise ConfigError(
                 f"objective.static_after_updates={cfg.static_after_updates} must be >= 1 (the rare set is frozen "
@@ -207,6 +220,8 @@ class AGG(Objective):
         corpus counts (``train_counts``) are not used: the grouping comes from the memory alone. The
         memory is kept when K is unchanged (setup before loading a checkpoint, or called twice)."""
         k = self.cfg.memory_updates or max(1, int(updates_per_epoch))
+        if self.cfg.static_after_epochs is not None:
+            self.static_after = max(1, round(self.cfg.static_after_epochs * int(updates_per_epoch)))
         if k != self.memory_updates:
             self._resize(k)
         self.special.zero_()
@@ -260,7 +275,7 @@ class AGG(Objective):
     def groups(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(appearance a, rare mask) at ``step``; in training, also remembers the set for static AGG."""
         a = self.appearance(step)
-        s = self.cfg.static_after_updates
+        s = self.static_after
         if s is not None and step >= s:
             return a, self.static_rare.clone()
         rare = (a < self.cfg.alpha) & ~self.special

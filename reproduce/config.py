@@ -196,6 +196,13 @@ class TrainerConfig:
     progress: bool = True
     log_interval: int = 200
     stop_after_epochs: int | None = None
+    # stop with a mid-epoch checkpoint after this many optimizer updates in all, as a preemption signal
+    # would (tests of preemption; status "preempted")
+    stop_after_updates: int | None = None
+    # GPUs a scheduler (reproduce.table) gives this run: >1 launches it as one DDP job under torchrun
+    # over that many local GPUs (or tasks on a SLURM node). The batch settings are global, so the
+    # result does not depend on it: run control, not part of the config hash
+    gpus: int = 1
     # ---- update-based training (Transformers) ---------------------------------------------------
     # stateless LMs (Transformers): visit the contiguous bptt-token blocks in a new random order
     # every epoch (fairseq shuffles its blocks); recurrent models always read the stream in order
@@ -245,6 +252,8 @@ class ScaleConfig:
     warmup_updates: int | None = None
     # cap on gradient accumulation, so a short run makes several updates
     update_freq: int | None = None
+    # cap on the GPUs a scheduler gives one run (trainer.gpus): lite/smoke cells run one per GPU
+    gpus: int | None = None
 
 
 @dataclass
@@ -330,6 +339,9 @@ HASH_EXCLUDED = (
     "trainer.progress",
     "trainer.log_interval",
     "trainer.stop_after_epochs",
+    "trainer.stop_after_updates",
+    "trainer.gpus",
+    "scale.gpus",
 )
 
 VALID_CHOICES = {
@@ -378,6 +390,8 @@ def apply_scale(cfg: DictConfig) -> None:
         cfg.optim.warmup_updates = min(cfg.optim.warmup_updates, s.warmup_updates)
     if s.update_freq is not None:
         cfg.trainer.update_freq = min(cfg.trainer.update_freq, s.update_freq)
+    if s.gpus is not None:
+        cfg.trainer.gpus = min(cfg.trainer.gpus, s.gpus)
     if s.max_updates is not None:
         cur = cfg.trainer.max_updates
         cfg.trainer.max_updates = s.max_updates if cur is None else min(cur, s.max_updates)

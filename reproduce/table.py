@@ -1,23 +1,30 @@
-"""Regenerate a paper table: run the cells that are missing from the ledger, then render.
+"""Regenerate paper tables: run the cells that are missing from the ledger, then render.
 
     python -m reproduce.table table=inan2017_t1 scale=smoke
+    python -m reproduce.table table=all scale=lite                  # every table, on all local GPUs
+    python -m reproduce.table table=yu2022_t1,yu2022_t3 scale=lite  # a list
     python -m reproduce.table table=gao2019_t1 scale=lite trainer.device=cuda   # any training-config
                                                                                # override goes to every cell
+    python -m reproduce.table table=all scale=paper hydra/launcher=submitit_slurm hydra.launcher.partition=gpu
     make reproduce-table TABLE=inan2017_t1 SCALE=lite
 
 A table (``conf/table/<name>.yaml``) lists rows; a row names an experiment preset plus overrides
 and carries the paper's numbers. Each row becomes a cell: the config ``reproduce.train`` would
 compose from ``experiment=<row.experiment> scale=<scale> <row.overrides>``. Cells whose config hash
 is complete in the ledger are not run again; unfinished ones resume from their checkpoint; a failed
-cell is reported and does not stop the others. Output: ``<paths.tables_dir>/<table>/<scale>/``
-(``table.md``, ``table.csv``, ``table.tex``, ``cells.json``, and ``curves.png``: validation
-PPL per epoch of every cell).
+cell is reported with its log path and does not stop the others; the exit status is 0 only when
+every cell completed. Cells shared by several tables run once. How cells run (a process per cell on
+the local GPUs or CPU, DDP for large cells, SLURM through submitit) is ``reproduce.launch``
+(``launch.*`` keys). Output: ``<paths.tables_dir>/<table>/<scale>/`` (``table.md``, ``table.csv``,
+``table.tex``, ``cells.json``, and ``curves.png``: validation PPL per epoch of every cell, plus
+the embedding figures).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +39,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from analysis.figures import plot_validation_curves
 from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.config import PathsConfig, ScaleConfig, config_hash, finalize, register_all
-from reproduce.errors import UserError, exit_on_user_error
+from reproduce.errors import ConfigError, UserError, exit_on_user_error
+from reproduce.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
 from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json
 from reproduce.provenance import command_line, git_commit, hardware_summary
 
@@ -80,6 +88,10 @@ class TableAppConfig:
     overrides: list[str] = field(default_factory=list)
     # render from the ledger without running anything
     render_only: bool = False
+    # how the cells run: reproduce/launch.py
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    # the scheduler's progress bar (one line per event is always printed)
+    progress: bool = True
 
 
 def register_table_configs() -> None:
@@ -136,32 +148,21 @@ def expand_cells(app: DictConfig) -> list[Cell]:
     return list(cells.values())
 
 
-def _fmt_seconds(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def run_cells(cells: list[Cell], ledger: Ledger) -> dict[str, str]:
-    """Run every cell not complete in the ledger, one at a time; return {hash: status}."""
-    from reproduce.train import train
-
-    todo = [c for c in cells if not ledger.is_complete(c.config_hash)]
-    status = {c.config_hash: STATUS_COMPLETE for c in cells if c not in todo}
-    print(f"repdegen: {len(cells)} cells, {len(cells) - len(todo)} already complete, {len(todo)} to run", flush=True)
-    for k, cell in enumerate(todo, 1):
-        print(f"repdegen: [{k}/{len(todo)}] {cell.label} [{cell.config_hash}]", flush=True)
-        cfg = OmegaConf.to_container(cell.cfg)
-        cfg["trainer"]["resume"] = True
-        try:
-            record = train(OmegaConf.create(cfg))
-            status[cell.config_hash] = record.get("status", "failed")
-        except UserError as err:
-            print(f"repdegen: cell {cell.label} failed: {err}", file=sys.stderr, flush=True)
-            status[cell.config_hash] = "failed"
-        except Exception as err:  # a bug in one cell must not lose the others
-            print(f"repdegen: cell {cell.label} crashed: {type(err).__name__}: {err} "
-                  f"(log: {ledger.run_dir(cell.config_hash)})", file=sys.stderr, flush=True)
-            status[cell.config_hash] = "failed"
+def run_cells(cells: list[Cell], ledger: Ledger, app: DictConfig | None = None,
+              tables_of: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """Run every cell not complete in the ledger (``reproduce.launch``); return {hash: status}."""
+    launch = app.launch if app is not None else OmegaConf.structured(LaunchConfig)
+    jobs = jobs_for(cells, ledger.root, tables_of)
+    status = {c.config_hash: STATUS_COMPLETE for c in cells if ledger.is_complete(c.config_hash)}
+    print(f"repdegen: {len(cells)} cells, {len(cells) - len(jobs)} already complete, {len(jobs)} to run", flush=True)
+    if not jobs:
+        return status
+    output_dir = Path(app.paths.output_dir) if app is not None else ledger.root.parent
+    scheduler = make_scheduler(jobs, launch, output_dir, progress=bool(app.progress) if app is not None else False)
+    status.update(scheduler.run())
+    failed = [j for j in jobs if j.status != STATUS_COMPLETE]
+    for job in failed:
+        print(f"repdegen: {job.status}: {job.label} [{job.config_hash}] -- log: {job.log_path}", file=sys.stderr, flush=True)
     return status
 
 
@@ -298,16 +299,59 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
 
 def run_table(app: DictConfig) -> int:
     """Run what is missing and render; return the number of cells that did not complete."""
+    return run_tables([app])
+
+
+def run_tables(apps: list[DictConfig]) -> int:
+    """Expand the cells of every table, run the missing ones together (a cell shared by tables
+    runs once), then render each table; return the number of cells that did not complete."""
     start = time.time()
-    cells = expand_cells(app)
-    ledger = Ledger(app.paths.runs_dir)
-    run_status = {} if app.render_only else run_cells(cells, ledger)
-    rows, records = collect_rows(app, cells, ledger, run_status)
-    render(app, rows, records)
-    unfinished = [r for r in rows if r.status not in (STATUS_COMPLETE, "paper-only")]
-    print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len({r.config_hash for r in unfinished})}"
-          f"/{len(cells)} cells complete ({time.time() - start:.0f}s)")
-    return len({r.config_hash for r in unfinished})
+    expanded = [(app, expand_cells(app)) for app in apps]
+    unique: dict[str, Cell] = {}
+    tables_of: dict[str, list[str]] = {}
+    for app, cells in expanded:
+        for c in cells:
+            unique.setdefault(c.config_hash, c)
+            tables_of.setdefault(c.config_hash, []).append(app.table.name)
+    first = apps[0]
+    ledger = Ledger(first.paths.runs_dir)
+    if first.render_only:
+        run_status: dict[str, str] = {}
+    else:
+        if len(apps) > 1:
+            print(f"repdegen: {len(apps)} tables at scale {first.scale.name}: {', '.join(a.table.name for a in apps)}")
+        run_status = run_cells(list(unique.values()), ledger, first, tables_of)
+    not_done: set[str] = set()
+    for app, cells in expanded:
+        rows, records = collect_rows(app, cells, ledger, run_status)
+        render(app, rows, records)
+        unfinished = {r.config_hash for r in rows if r.status not in (STATUS_COMPLETE, "paper-only")}
+        not_done |= unfinished
+        print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len(unfinished)}"
+              f"/{len(cells)} cells complete ({time.time() - start:.0f}s)")
+    if len(apps) > 1:
+        print(f"repdegen: {len(apps)} tables, {len(unique)} distinct cells: {len(unique) - len(not_done)} complete, "
+              f"{len(not_done)} not ({_fmt_seconds(time.time() - start)})")
+    return len(not_done)
+
+
+def all_table_names() -> list[str]:
+    from reproduce.config import CONF_DIR
+
+    return sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
+
+
+def parse_table_names(value: str) -> list[str]:
+    """``all``, one name, or a comma-separated list (``a,b`` or ``[a,b]``)."""
+    names = [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
+    known = all_table_names()
+    if names == ["all"]:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ConfigError(f"table={value!r}: {', '.join(unknown) or 'no table'} is not a table; "
+                          f"expected `all`, one of {', '.join(known)}, or a comma-separated list of them")
+    return names
 
 
 # top-level keys of the training config: command-line arguments naming them go to every cell
@@ -333,10 +377,32 @@ def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return own, cell
 
 
+_TABLES: list[str] = []
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def compose_table_apps(app: DictConfig) -> list[DictConfig]:
+    """The app of every table asked for: the one Hydra composed, and the others composed with the
+    same command-line overrides."""
+    from hydra.core.hydra_config import HydraConfig
+
+    apps = [app]
+    if len(_TABLES) > 1:
+        task = [o for o in HydraConfig.get().overrides.task if not o.startswith("table=")]
+        for name in _TABLES[1:]:
+            other = hydra.compose(config_name="table_app", overrides=[*task, f"table={name}"])
+            other.overrides = list(app.overrides)
+            apps.append(other)
+    return apps
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="table_app")
 def _main(app: DictConfig) -> None:
     app.overrides = [*app.overrides, *_CELL_ARGS]
-    failed = exit_on_user_error(run_table)(app)
+    failed = exit_on_user_error(lambda a: run_tables(compose_table_apps(a)))(app)
     if failed:
         sys.exit(1)
 
@@ -344,9 +410,27 @@ def _main(app: DictConfig) -> None:
 def main() -> None:
     _ORIGINAL_ARGV[:] = sys.argv
     own, cell = split_cell_args(sys.argv[1:])
+    for k, arg in enumerate(own):  # table=all / table=a,b: Hydra composes the first, we the others
+        if arg.startswith("table="):
+            try:
+                names = parse_table_names(arg.split("=", 1)[1])
+            except ConfigError as err:
+                print(f"repdegen: error: {err}", file=sys.stderr)
+                sys.exit(2)
+            _TABLES[:] = names
+            own[k] = f"table={names[0]}"
     _CELL_ARGS[:] = cell
     sys.argv[1:] = own
-    _main()
+    # Ctrl-C and SIGTERM stop the cells gracefully (each checkpoints first), even when this process
+    # was started with SIGINT ignored (a background job of a non-interactive shell)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        _main()
+    except KeyboardInterrupt:
+        print("repdegen: interrupted; finished cells are in the ledger, and the same command continues the rest",
+              file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -249,12 +249,16 @@ def test_state_dict_round_trip_restores_the_memory():
         assert torch.equal(v, fresh.state_dict()[k]), k
 
 
-def test_static_grouping_freezes_the_rare_set():
-    """static_after_updates=2: from update 2 on, the rare set is update 1's; the gates keep following a."""
+@pytest.mark.parametrize("when,per_epoch", [({"static_after_updates": 2}, 1), ({"static_after_epochs": 0.5}, 4)])
+def test_static_grouping_freezes_the_rare_set(when, per_epoch):
+    """From update 2 on (static_after_updates=2, or half an epoch of 4 updates), the rare set is
+    update 1's; the gates keep following a."""
     cfg = {"alpha": 1.0, "memory_updates": 1}
-    static, dynamic = make_agg(**cfg, static_after_updates=2), make_agg(**cfg)
+    static, dynamic = make_agg(**cfg, **when), make_agg(**cfg)
     for obj in (static, dynamic):
-        obj.setup(1, [0], None)
+        obj.setup(per_epoch, [0], None)
+    assert static.static_after == 2
+    for obj in (static, dynamic):
         obj.train()
         run_batch(obj, [1, 1, 2], 0)
         run_batch(obj, [3, 3, 4], 1)  # rare: 1, 2 (unseen in the last K = 1 update) and the never seen 5..8
@@ -300,7 +304,9 @@ def test_distributed_counts_are_all_reduced(monkeypatch):
 
 @pytest.mark.parametrize("bad,match", [({"alpha": 0.0}, "alpha"), ({"implementation": "triton"}, "implementation"),
                                        ({"memory_updates": 0}, "memory_updates"),
-                                       ({"static_after_updates": 0}, "static_after_updates")])
+                                       ({"static_after_updates": 0}, "static_after_updates"),
+                                       ({"static_after_epochs": 0.0}, "static_after_epochs"),
+                                       ({"static_after_updates": 5, "static_after_epochs": 1.0}, "set one of them")])
 def test_bad_configs_are_rejected(bad, match):
     from losses import validate_objective
 

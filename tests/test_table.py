@@ -27,7 +27,7 @@ KNOWN_METRICS = (
 
 def compose_app(table: str, scale: str, tmp_path: Path, data_dir: Path | None = None):
     app = compose("table_app", overrides=[f"table={table}", f"scale={scale}", f"paths.output_dir={tmp_path}/out",
-                                         f"paths.tables_dir={tmp_path}/tables"])
+                                         f"paths.tables_dir={tmp_path}/tables", "launch.backend=inline", "progress=false"])
     app.overrides = [f"dataset.data_dir={data_dir or tmp_path}", "trainer.progress=false", "trainer.cache.bptt=50"]
     return app
 

@@ -197,4 +197,9 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     assert corpus.train.numel() == 2329287  # the count the lite budget comments use
     stateless_model = SimpleNamespace(init_state=lambda *args: None)
     per_epoch = LMTask(cfg, corpus, stateless_model, "cpu").updates_per_epoch()
-    assert per_epoch == LITE_EPOCH_UPDATES == cfg.objective.static_after_updates
+    assert per_epoch == LITE_EPOCH_UPDATES and cfg.objective.static_after_epochs == 1
+    from losses import build_objective
+
+    agg = build_objective(cfg.objective, len(corpus.vocab), 0.0)
+    agg.setup(updates_per_epoch=per_epoch, special_ids=[0, 1, 2, 3])
+    assert agg.static_after == LITE_EPOCH_UPDATES

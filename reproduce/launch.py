@@ -1,0 +1,490 @@
+"""Run many cells: on the local GPUs (one per GPU, large cells as one DDP job), on the CPU one at a
+time, or on a SLURM cluster through submitit.
+
+    python -m reproduce.table table=all scale=lite                       # every local GPU
+    python -m reproduce.table table=all scale=paper launch.gpus=[0,1,2,3]
+    python -m reproduce.table table=all scale=paper hydra/launcher=submitit_slurm \\
+        hydra.launcher.partition=gpu hydra.launcher.timeout_min=4320      # one SLURM job per cell
+
+A cell is one training config (``reproduce.table.Cell``). Each cell runs in its own process, so a
+crash, an out-of-memory kill or a bug in one cell cannot take the others down:
+
+    python -m reproduce.launch <runs_dir>/<hash>/cell.yaml               # one process
+    torchrun --standalone --nproc_per_node=K -m reproduce.launch <cell.yaml>   # trainer.gpus = K > 1
+
+Its output goes to ``<runs_dir>/<hash>/train.log`` (appended, one header line per attempt). The exit
+status of that process says what happened (:data:`EXIT_COMPLETE`, ...). A cell is always started
+with ``trainer.resume=true``: an interrupted cell continues from its last checkpoint.
+
+Scheduling (:class:`LocalScheduler`): cells wait in order; a cell that wants ``trainer.gpus`` = K
+starts as soon as K GPUs are free (at most the number of GPUs there are, so the same table also runs
+on a smaller machine: the batch settings are global, so fewer ranks train the same model). Without
+GPUs, ``launch.parallel`` cells (default 1) run at a time on the CPU. Ctrl-C stops every cell (each
+writes a checkpoint at its next update, see ``reproduce.trainer``) and the same command later
+continues where they were.
+
+SLURM (:class:`SubmititScheduler`): one submitit job per cell, ``tasks_per_node`` = the cell's GPUs;
+the cluster parameters come from Hydra's submitit launcher config (``hydra/launcher=submitit_slurm``
+and its ``hydra.launcher.*`` keys), so they are set the way every Hydra user sets them. A job that
+reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduce.distributed``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from reproduce.ledger import STATUS_COMPLETE, Ledger
+
+# exit statuses of `python -m reproduce.launch <cell.yaml>`
+EXIT_COMPLETE = 0
+EXIT_FAILED = 1  # the run raised (diverged, a bug): its log says why
+EXIT_USER_ERROR = 2  # bad config or data (exit_on_user_error)
+EXIT_PREEMPTED = 3  # stopped by a signal after writing a checkpoint; run it again to continue
+EXIT_NAMES = {EXIT_COMPLETE: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
+              EXIT_PREEMPTED: "interrupted"}
+
+
+@dataclass
+class LaunchConfig:
+    """How ``reproduce.table`` runs the cells it has to run.
+
+    ``backend``: ``auto`` (``slurm`` when ``hydra/launcher`` is a submitit launcher, else ``local``),
+    ``local`` (a process per cell on this machine), ``slurm`` (submitit) or ``inline`` (in this
+    process, one after another: no isolation; for debugging).
+    """
+
+    backend: str = "auto"
+    # local GPU ids to use; None: every visible GPU
+    gpus: list[int] | None = None
+    # cells at a time without GPUs (each uses torch's threads; 1 is right for a laptop)
+    parallel: int = 1
+    # cells with trainer.gpus > 1 run under torchrun (DDP); false: give them one GPU each
+    ddp: bool = True
+    # slurm: wait for the jobs and render (true), or submit and return (rerun later to render)
+    wait: bool = True
+    poll_seconds: float = 5.0
+    # seconds a stopped cell gets to write its checkpoint after SIGTERM before it is killed
+    grace_seconds: float = 120.0
+
+
+@dataclass
+class Job:
+    """One cell to run: its config file, log and wanted GPUs."""
+
+    config_hash: str
+    label: str
+    cfg_path: Path
+    log_path: Path
+    gpus: int = 1
+    tables: list[str] = field(default_factory=list)
+    status: str = "waiting"  # waiting | running | complete | failed | interrupted
+    returncode: int | None = None
+    started: float | None = None
+    finished: float | None = None
+
+
+def write_cell_config(cfg: DictConfig, config_hash: str, runs_dir: str | Path) -> Path:
+    """``<runs_dir>/<hash>/cell.yaml``: the finalized training config the cell's process runs."""
+    from reproduce.ledger import atomic_write_bytes
+
+    path = Path(runs_dir) / config_hash / "cell.yaml"
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.setdefault("trainer", {})["resume"] = True
+    atomic_write_bytes(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(container)).encode()))
+    return path
+
+
+def visible_gpus(requested: list[int] | None) -> list[int]:
+    """The GPU ids to schedule on (indices as this process sees them)."""
+    try:
+        import torch
+
+        n = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no CUDA runtime at all
+        n = 0
+    if requested is None:
+        return list(range(n))
+    bad = [g for g in requested if not 0 <= g < n]
+    if bad:
+        from reproduce.errors import ConfigError
+
+        raise ConfigError(f"launch.gpus={list(requested)} names GPU(s) {bad}, but this machine shows {n} "
+                          f"GPU(s) (ids 0..{n - 1}); pass ids from that range, or leave launch.gpus unset for all")
+    return list(requested)
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class Progress:
+    """Cells done / running / failed with an ETA: a tqdm bar on a terminal, plus one line per event
+    (start, finish, failure with its log path) that a log file keeps."""
+
+    def __init__(self, jobs: list[Job], slots: int, enabled: bool = True):
+        self.jobs, self.slots = jobs, max(1, slots)
+        self.start = time.time()
+        self.bar = tqdm(total=len(jobs), desc="cells", unit="cell", disable=not enabled or not jobs,
+                        dynamic_ncols=True, leave=True)
+
+    def eta(self) -> str:
+        done = [j for j in self.jobs if j.finished is not None and j.started is not None]
+        if not done:
+            return "?"
+        mean = sum(j.finished - j.started for j in done) / len(done)
+        waiting = sum(1 for j in self.jobs if j.status == "waiting")
+        running = [j for j in self.jobs if j.status == "running"]
+        left_running = sum(max(mean - (time.time() - j.started), 0.0) for j in running)
+        return _fmt_seconds((waiting * mean + left_running) / self.slots)
+
+    def counts(self) -> dict[str, int]:
+        out = {"complete": 0, "running": 0, "failed": 0, "waiting": 0, "interrupted": 0}
+        for j in self.jobs:
+            out[j.status] = out.get(j.status, 0) + 1
+        return out
+
+    def refresh(self) -> None:
+        c = self.counts()
+        self.bar.set_postfix_str(f"done {c['complete']} | running {c['running']} | failed {c['failed']} | ETA {self.eta()}")
+
+    def event(self, job: Job, what: str) -> None:
+        c = self.counts()
+        line = (f"repdegen: [{c['complete'] + c['failed']}/{len(self.jobs)} done, {c['running']} running] {what}: "
+                f"{job.label} [{job.config_hash}]")
+        if job.status == "failed":
+            line += f" -- log: {job.log_path}"
+        tqdm.write(line, file=sys.stdout)
+        sys.stdout.flush()
+        if job.status in ("complete", "failed"):
+            self.bar.update(1)
+        self.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def cell_command(job: Job, gpu_ids: list[int], ddp: bool) -> list[str]:
+    if ddp and len(gpu_ids) > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(gpu_ids)}",
+                "-m", "reproduce.launch", str(job.cfg_path)]
+    return [sys.executable, "-m", "reproduce.launch", str(job.cfg_path)]
+
+
+class LocalScheduler:
+    """Processes on this machine: GPUs handed out to cells as they free up; CPU cells ``parallel`` at a time."""
+
+    def __init__(self, jobs: list[Job], launch: LaunchConfig | DictConfig, progress: bool = True):
+        self.jobs, self.launch = jobs, launch
+        self.gpus = visible_gpus(launch.gpus)
+        self.slots = len(self.gpus) if self.gpus else max(1, int(launch.parallel))
+        self.progress_enabled = progress
+
+    def _wanted(self, job: Job) -> int:
+        if not self.gpus:
+            return 0
+        return max(1, min(job.gpus if self.launch.ddp else 1, len(self.gpus)))
+
+    def run(self) -> dict[str, str]:
+        free = list(self.gpus)
+        cpu_slots = self.slots if not self.gpus else 0
+        running: dict[str, tuple[subprocess.Popen, list[int], Any]] = {}
+        progress = Progress(self.jobs, self.slots, self.progress_enabled)
+        waiting = list(self.jobs)
+        try:
+            while waiting or running:
+                # start what fits, in order (a large cell waits for its GPUs; smaller ones behind it
+                # may start meanwhile)
+                for job in list(waiting):
+                    need = self._wanted(job)
+                    if self.gpus and need <= len(free):
+                        ids, free = free[:need], free[need:]
+                    elif not self.gpus and cpu_slots > 0:
+                        ids, cpu_slots = [], cpu_slots - 1
+                    else:
+                        continue
+                    waiting.remove(job)
+                    running[job.config_hash] = self._start(job, ids)
+                    if ids and job.gpus > len(ids):
+                        tqdm.write(f"repdegen: {job.label} asks for {job.gpus} GPUs; running it on {len(ids)} "
+                                   f"(the batch is global, so the result is the same)")
+                    progress.event(job, f"started on {'GPU ' + ','.join(map(str, ids)) if ids else 'CPU'}")
+                time.sleep(0.2 if not running else min(1.0, float(self.launch.poll_seconds)))
+                for h, (proc, ids, log) in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    log.close()
+                    job = next(j for j in self.jobs if j.config_hash == h)
+                    self._finish(job, proc.returncode)
+                    del running[h]
+                    if self.gpus:
+                        free = sorted(free + ids)
+                    else:
+                        cpu_slots += 1
+                    progress.event(job, EXIT_NAMES.get(job.returncode, "failed"))
+                progress.refresh()
+        except KeyboardInterrupt:
+            tqdm.write(f"repdegen: interrupted: stopping {len(running)} running cell(s); each writes a checkpoint "
+                       f"first (up to {self.launch.grace_seconds:.0f}s). Run the same command again to continue.")
+            self._stop_all(running)
+            raise
+        finally:
+            progress.close()
+        return {j.config_hash: j.status for j in self.jobs}
+
+    def _start(self, job: Job, gpu_ids: list[int]):
+        env = dict(os.environ)
+        if gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(_physical_id(g)) for g in gpu_ids)
+        job.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(job.log_path, "ab")
+        header = (f"\n===== repdegen: {dt.datetime.now().isoformat(timespec='seconds')} {job.label} [{job.config_hash}] "
+                  f"on {'GPU ' + ','.join(map(str, gpu_ids)) if gpu_ids else 'CPU'} =====\n")
+        log.write(header.encode())
+        log.flush()
+        cmd = cell_command(job, gpu_ids, self.launch.ddp)
+        # its own process group: Ctrl-C in the terminal reaches the scheduler only, which then stops
+        # each cell with SIGTERM (a checkpoint first) rather than killing it mid-write
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        job.status, job.started = "running", time.time()
+        return proc, gpu_ids, log
+
+    @staticmethod
+    def _finish(job: Job, code: int) -> None:
+        job.returncode, job.finished = code, time.time()
+        job.status = "complete" if code == EXIT_COMPLETE else "interrupted" if code == EXIT_PREEMPTED else "failed"
+
+    def _stop_all(self, running) -> None:
+        for proc, _, _ in running.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + float(self.launch.grace_seconds)
+        for h, (proc, _, log) in running.items():
+            try:
+                proc.wait(timeout=max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+            job = next(j for j in self.jobs if j.config_hash == h)
+            self._finish(job, proc.returncode)
+
+
+def _physical_id(i: int) -> str:
+    """GPU ``i`` as this process sees it, in terms of the parent's CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return str(i)
+    ids = [x.strip() for x in visible.split(",") if x.strip()]
+    return ids[i] if i < len(ids) else str(i)
+
+
+class InlineScheduler:
+    """In this process, one cell after another (``launch.backend=inline``): no isolation, for debugging."""
+
+    def __init__(self, jobs: list[Job], launch, progress: bool = True):
+        self.jobs, self.progress_enabled = jobs, progress
+
+    def run(self) -> dict[str, str]:
+        progress = Progress(self.jobs, 1, self.progress_enabled)
+        try:
+            for job in self.jobs:
+                job.status, job.started = "running", time.time()
+                progress.event(job, "started in this process")
+                code = run_cell(job.cfg_path)
+                LocalScheduler._finish(job, code)
+                progress.event(job, EXIT_NAMES.get(code, "failed"))
+        finally:
+            progress.close()
+        return {j.config_hash: j.status for j in self.jobs}
+
+
+# ---- SLURM through submitit ---------------------------------------------------------------------------
+SUBMITIT_KEYS = {  # Hydra submitit launcher field -> submitit slurm_* parameter
+    "partition": "slurm_partition", "qos": "slurm_qos", "comment": "slurm_comment", "constraint": "slurm_constraint",
+    "exclude": "slurm_exclude", "account": "slurm_account", "gres": "slurm_gres", "mem_per_gpu": "slurm_mem_per_gpu",
+    "mem_per_cpu": "slurm_mem_per_cpu", "max_num_timeout": "slurm_max_num_timeout",
+    "additional_parameters": "slurm_additional_parameters", "array_parallelism": "slurm_array_parallelism",
+    "setup": "slurm_setup", "srun_args": "slurm_srun_args", "signal_delay_s": "slurm_signal_delay_s",
+}
+SUBMITIT_COMMON = ("timeout_min", "cpus_per_task", "mem_gb", "nodes", "name", "stderr_to_stdout")
+
+
+def hydra_launcher_params() -> dict | None:
+    """The ``hydra.launcher`` config when it is a submitit launcher, else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        launcher = HydraConfig.get().launcher
+    except (ValueError, ImportError):
+        return None
+    target = str(launcher.get("_target_", ""))
+    if "submitit" not in target.lower():
+        return None
+    params = OmegaConf.to_container(launcher, resolve=True)
+    params["_cluster"] = "local" if "LocalLauncher" in target else "slurm"
+    return params
+
+
+class CellJobFunction:
+    """The picklable callable submitit runs on each task of a cell's job. Requeue on timeout is done
+    by the trainer's own SIGUSR1 handler (checkpoint, then ``scontrol requeue``), which replaces
+    submitit's; the requeued job runs this again and resumes from the checkpoint."""
+
+    def __init__(self, cfg_path: str):
+        self.cfg_path = cfg_path
+
+    def __call__(self) -> int:
+        code = run_cell(Path(self.cfg_path))
+        if code not in (EXIT_COMPLETE, EXIT_PREEMPTED):
+            raise RuntimeError(f"cell {self.cfg_path} ended with exit status {code} ({EXIT_NAMES.get(code, 'failed')}); "
+                               f"see its train.log next to it")
+        return code
+
+
+class SubmititScheduler:
+    """One submitit job per cell (``tasks_per_node`` = the cell's GPUs on one node; a cell with more
+    GPUs than ``gpus_per_node`` spans ``ceil(gpus / gpus_per_node)`` nodes)."""
+
+    def __init__(self, jobs: list[Job], launch, params: dict, folder: Path, progress: bool = True):
+        self.jobs, self.launch, self.params, self.folder = jobs, launch, dict(params), Path(folder)
+        self.progress_enabled = progress
+
+    def executor(self, job: Job):
+        import submitit
+
+        p = self.params
+        cluster = p.get("_cluster", "slurm")
+        ex = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster=None if cluster == "slurm" else cluster)
+        per_node = int(p.get("gpus_per_node") or max(job.gpus, 1))
+        nodes = max(1, -(-job.gpus // per_node))
+        tasks = min(job.gpus, per_node) if job.gpus > 0 else 1
+        kwargs: dict[str, Any] = {k: p[k] for k in SUBMITIT_COMMON if p.get(k) is not None}
+        kwargs.update(nodes=nodes, tasks_per_node=tasks, name=f"repdegen-{job.config_hash}")
+        if cluster == "slurm":
+            kwargs["gpus_per_node"] = tasks
+            kwargs.update({v: p[k] for k, v in SUBMITIT_KEYS.items() if p.get(k) not in (None, {}, [])})
+        ex.update_parameters(**kwargs)
+        return ex
+
+    def run(self) -> dict[str, str]:
+        progress = Progress(self.jobs, len(self.jobs), self.progress_enabled)
+        submitted = {}
+        try:
+            for job in self.jobs:
+                sjob = self.executor(job).submit(CellJobFunction(str(job.cfg_path)))
+                job.status, job.started = "running", time.time()
+                submitted[job.config_hash] = sjob
+                progress.event(job, f"submitted as job {sjob.job_id}")
+                job.log_path = Path(str(sjob.paths.stdout))
+            if not self.launch.wait:
+                tqdm.write(f"repdegen: {len(submitted)} job(s) submitted; rerun the same command when they are done "
+                           f"to render the tables (finished cells are not run again)")
+                return {j.config_hash: j.status for j in self.jobs}
+            while any(j.status == "running" for j in self.jobs):
+                time.sleep(float(self.launch.poll_seconds))
+                for job in self.jobs:
+                    sjob = submitted[job.config_hash]
+                    if job.status != "running" or not sjob.done():
+                        continue
+                    try:
+                        code = sjob.result()
+                    except Exception as err:  # noqa: BLE001 - the job's own error, reported with its log
+                        code = EXIT_FAILED
+                        tqdm.write(f"repdegen: job {sjob.job_id} failed: {str(err).strip().splitlines()[-1]}")
+                    LocalScheduler._finish(job, code)
+                    progress.event(job, EXIT_NAMES.get(code, "failed"))
+                progress.refresh()
+        finally:
+            progress.close()
+        return {j.config_hash: j.status for j in self.jobs}
+
+
+# ---- one cell in one process -----------------------------------------------------------------------
+def load_cell_config(cfg_path: Path) -> DictConfig:
+    """A cell's saved config on the current schema: fields added to the code since it was written
+    take their defaults (which leave the experiment, and so its hash, unchanged)."""
+    from reproduce.config import Config
+
+    base = OmegaConf.structured(Config)
+    OmegaConf.set_struct(base, False)
+    return OmegaConf.merge(base, OmegaConf.load(cfg_path))
+
+
+def run_cell(cfg_path: Path) -> int:
+    """Train the cell of ``cfg_path`` (resuming it); the exit status says how it ended."""
+    import traceback
+
+    from reproduce.errors import UserError
+    from reproduce.train import train
+
+    try:
+        record = train(load_cell_config(cfg_path))
+    except UserError as err:
+        print(f"repdegen: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    except Exception:  # noqa: BLE001 - logged with its traceback; the scheduler goes on with the others
+        traceback.print_exc()
+        return EXIT_FAILED
+    status = record.get("status")
+    if status == STATUS_COMPLETE:
+        return EXIT_COMPLETE
+    if status in ("preempted", "interrupted"):
+        return EXIT_PREEMPTED
+    return EXIT_FAILED
+
+
+def make_scheduler(jobs: list[Job], launch, output_dir: Path, progress: bool = True):
+    backend = launch.backend
+    params = hydra_launcher_params()
+    if backend == "auto":
+        backend = "slurm" if params is not None else "local"
+    if backend == "local":
+        return LocalScheduler(jobs, launch, progress)
+    if backend == "inline":
+        return InlineScheduler(jobs, launch, progress)
+    if backend == "slurm":
+        if params is None:
+            params = {"_cluster": "slurm"}
+        return SubmititScheduler(jobs, launch, params, Path(output_dir) / "submitit", progress)
+    from reproduce.errors import ConfigError
+
+    raise ConfigError(f"launch.backend={backend!r} is not one of auto, local, slurm, inline")
+
+
+def jobs_for(cells, runs_dir: str | Path, tables_of: dict[str, list[str]] | None = None) -> list[Job]:
+    """A :class:`Job` for every cell not complete in the ledger, its config written next to its run."""
+    ledger = Ledger(runs_dir)
+    jobs = []
+    for cell in cells:
+        if ledger.is_complete(cell.config_hash):
+            continue
+        path = write_cell_config(cell.cfg, cell.config_hash, runs_dir)
+        jobs.append(Job(cell.config_hash, cell.label, path, ledger.run_dir(cell.config_hash) / "train.log",
+                        gpus=int(cell.cfg.trainer.get("gpus", 1) or 1),
+                        tables=(tables_of or {}).get(cell.config_hash, [])))
+    return jobs
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python -m reproduce.launch <runs_dir>/<hash>/cell.yaml", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    sys.exit(run_cell(Path(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""The scheduler (reproduce.launch) and the ledger under concurrency: cells run in their own
+processes, a failing cell does not stop the others, an interrupted table continues with only its
+missing cells, several tables share their cells, and concurrent writers never lose or corrupt an entry."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from reproduce.config import CONF_DIR
+from reproduce.launch import EXIT_COMPLETE, EXIT_USER_ERROR, Job, LaunchConfig, LocalScheduler, SubmititScheduler
+from reproduce.ledger import Ledger, RunLocked
+from reproduce.table import expand_cells, parse_table_names, run_table, run_tables
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose_app(table: str, tmp_path: Path, data_dir: Path, *extra: str):
+    app = compose("table_app", overrides=[f"table={table}", "scale=smoke", f"paths.output_dir={tmp_path}/out",
+                                         f"paths.tables_dir={tmp_path}/tables", "progress=false", *extra])
+    app.overrides = [f"dataset.data_dir={data_dir}", "trainer.progress=false"]
+    return app
+
+
+def headers(log: Path) -> int:
+    """Attempts recorded in a cell's log (one header line per start)."""
+    return log.read_text().count("===== repdegen:") if log.is_file() else 0
+
+
+def test_local_backend_isolates_a_failing_cell(tiny_data, tmp_path, capsys):
+    """Each cell is a process; one that diverges fails alone, with its log path, and the exit
+    status says the table is incomplete."""
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("inan2016_t1", tmp_path, tiny_data, "launch.backend=local")
+        app.table.rows[1].overrides = [*app.table.rows[1].overrides, "optim.lr=1e30", "optim.clip_grad_norm=null"]
+        cells = expand_cells(app)
+        assert run_table(app) == 1
+    out = capsys.readouterr()
+    ledger = Ledger(app.paths.runs_dir)
+    statuses = sorted(ledger.is_complete(c.config_hash) for c in cells)
+    assert statuses == [False, True, True, True]
+    bad = next(c for c in cells if not ledger.is_complete(c.config_hash))
+    log = ledger.run_dir(bad.config_hash) / "train.log"
+    assert f"log: {log}" in out.err and "NaN or infinite" in log.read_text()
+    assert headers(log) == 1
+    md = (Path(app.paths.tables_dir) / "inan2016_t1" / "smoke" / "table.md").read_text()
+    assert "(failed)" in md
+
+
+def test_interrupted_table_resumes_only_the_missing_cells(tiny_data, tmp_path):
+    """Ctrl-C on `reproduce.table` stops the running cell; the same command again runs only the
+    cells that had not completed, and the table completes."""
+    cmd = [sys.executable, "-m", "reproduce.table", "table=inan2016_t1", "scale=smoke", "scale.max_epochs=3",
+           f"paths.output_dir={tmp_path}/out", f"paths.tables_dir={tmp_path}/tables", f"hydra.run.dir={tmp_path}/h",
+           f"dataset.data_dir={tiny_data}", "trainer.progress=false", "progress=false", "launch.grace_seconds=30"]
+    runs = tmp_path / "out" / "runs"
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not any(Ledger(runs).is_complete(p.name) for p in runs.glob("*") if p.is_dir()):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    first, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, first[-3000:]
+    ledger = Ledger(runs)
+    done_before = {p.name for p in runs.glob("*") if ledger.is_complete(p.name)}
+    cell_dirs = {p.name for p in runs.glob("*") if (p / "cell.yaml").is_file()}
+    assert len(cell_dirs) == 4 and 1 <= len(done_before) < 4, first[-3000:]
+    mtimes = {h: (runs / h / "result.json").stat().st_mtime_ns for h in done_before}
+
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"4 cells, {len(done_before)} already complete, {4 - len(done_before)} to run" in second.stdout
+    for h in cell_dirs - done_before:  # the stopped cell ran twice, the others once
+        assert ledger.is_complete(h) and headers(runs / h / "train.log") in (1, 2)
+    for h in done_before:  # finished cells were not touched again
+        assert (runs / h / "result.json").stat().st_mtime_ns == mtimes[h]
+        assert headers(runs / h / "train.log") == 1
+
+
+def test_tables_share_their_cells_and_lists_parse(tiny_data, tmp_path, capsys):
+    """Two tables asked for together: a cell both need runs once; `all` and lists name tables."""
+    assert parse_table_names("all") == sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
+    assert parse_table_names("[inan2017_t1, gao2019_t1]") == ["inan2017_t1", "gao2019_t1"]
+    with pytest.raises(Exception, match="nope.*is not a table"):
+        parse_table_names("inan2017_t1,nope")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        a = compose_app("inan2016_t1", tmp_path, tiny_data, "launch.backend=inline")
+        b = compose_app("inan2016_t1", tmp_path, tiny_data, "launch.backend=inline")
+        b.table.name = "inan2016_t1_copy"  # the same cells under another name
+        assert run_tables([a, b]) == 0
+    out = capsys.readouterr().out
+    assert "4 cells, 0 already complete, 4 to run" in out and "2 tables, 4 distinct cells: 4 complete" in out
+    for name in ("inan2016_t1", "inan2016_t1_copy"):
+        assert (tmp_path / "tables" / name / "smoke" / "table.md").is_file()
+
+
+def test_table_cli_exit_status_for_an_unknown_table(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=inan2017_t1,nope", f"hydra.run.dir={tmp_path}/h"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "nope" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
+    """With 3 (pretend) GPUs: a 2-GPU cell runs under torchrun on two, a 1-GPU cell beside it on the
+    third; a cell asking for more GPUs than exist gets them all. The commands, not real GPUs, are
+    checked: each fake process records what it was started with."""
+    import reproduce.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda requested: [0, 1, 2])
+    started = []
+
+    class FakeProc:
+        def __init__(self, cmd, env, **kw):
+            started.append((cmd, env.get("CUDA_VISIBLE_DEVICES")))
+            self.pid, self.returncode = 0, EXIT_COMPLETE
+
+        def poll(self):
+            return self.returncode
+
+    monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    jobs = [Job(f"h{i}", f"cell{i}", tmp_path / f"c{i}.yaml", tmp_path / f"h{i}" / "train.log", gpus=g)
+            for i, g in enumerate((2, 1, 8))]
+    launch_cfg = LaunchConfig(poll_seconds=0.01)
+    status = LocalScheduler(jobs, launch_cfg, progress=False).run()
+    assert set(status.values()) == {"complete"}
+    assert started[0][1] == "0,1" and "torch.distributed.run" in started[0][0] and "--nproc_per_node=2" in started[0][0]
+    assert started[1][1] == "2" and "torch.distributed.run" not in started[1][0]
+    assert started[2][1] == "0,1,2" and "--nproc_per_node=3" in started[2][0]
+
+
+def test_submitit_backend_runs_cells_with_its_local_executor(tiny_data, tmp_path):
+    """The SLURM path (one submitit job per cell) through submitit's local executor: jobs are
+    submitted, waited for, and their results land in the ledger."""
+    pytest.importorskip("submitit")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("inan2016_t1", tmp_path, tiny_data)
+        cells = expand_cells(app)[:2]
+    from reproduce.launch import jobs_for
+
+    jobs = jobs_for(cells, app.paths.runs_dir)
+    sched = SubmititScheduler(jobs, LaunchConfig(poll_seconds=0.5), {"_cluster": "local", "timeout_min": 10},
+                              tmp_path / "submitit", progress=False)
+    status = sched.run()
+    assert set(status.values()) == {"complete"}, [j.log_path.read_text()[-2000:] for j in jobs if j.log_path.is_file()]
+    ledger = Ledger(app.paths.runs_dir)
+    assert all(ledger.is_complete(c.config_hash) for c in cells)
+
+
+def test_run_cell_exit_status_names_a_bad_config(tmp_path):
+    cfg = tmp_path / "cell.yaml"
+    cfg.write_text("model: {name: nope}\n")
+    out = subprocess.run([sys.executable, "-m", "reproduce.launch", str(cfg)], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode in (EXIT_USER_ERROR, 1) and out.stderr
+
+
+# ---- the ledger under concurrency ---------------------------------------------------------------------
+def _writer(root: str, worker: int, n: int) -> None:
+    ledger = Ledger(root)
+    for i in range(n):
+        # each worker its own entries, and every worker rewriting one shared entry
+        ledger.write(f"w{worker}-{i}", {"status": "complete", "worker": worker, "i": i, "pad": "x" * 20000})
+        ledger.write("shared", {"status": "complete", "worker": worker, "i": i, "pad": "y" * 20000})
+
+
+def _reader(root: str, seconds: float, q) -> None:
+    ledger, bad, reads, end = Ledger(root), 0, 0, time.time() + seconds
+    while time.time() < end:
+        try:
+            rec = ledger.load("shared")
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        reads += rec is not None
+    q.put((bad, reads))
+
+
+def test_concurrent_writers_never_lose_or_corrupt_an_entry(tmp_path):
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    reader = ctx.Process(target=_reader, args=(str(tmp_path), 3.0, q))
+    reader.start()
+    writers = [ctx.Process(target=_writer, args=(str(tmp_path), w, 40)) for w in range(4)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(60)
+        assert p.exitcode == 0
+    reader.join(60)
+    bad, reads = q.get(timeout=5)
+    assert bad == 0 and reads > 0
+    ledger = Ledger(tmp_path)
+    for w in range(4):
+        for i in range(40):
+            assert ledger.load(f"w{w}-{i}") == {"status": "complete", "worker": w, "i": i, "pad": "x" * 20000}
+    shared = ledger.load("shared")
+    assert shared["i"] in range(40) and shared["pad"] == "y" * 20000
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary files left behind
+
+
+def _hold_lock(root: str, ready, release) -> None:
+    with Ledger(root).lock("abc"):
+        ready.set()
+        release.wait(30)
+
+
+def test_a_run_is_locked_while_it_trains(tmp_path):
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(tmp_path), ready, release))
+    holder.start()
+    assert ready.wait(30)
+    with pytest.raises(RunLocked, match=f"pid {holder.pid}"):
+        with Ledger(tmp_path).lock("abc"):
+            pass
+    release.set()
+    holder.join(30)
+    with Ledger(tmp_path).lock("abc"):  # released with its process
+        pass
