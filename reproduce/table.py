@@ -131,7 +131,10 @@ def expand_cells(app: DictConfig) -> list[Cell]:
         if row.experiment is None:
             continue
         at_scale = list(row.scale_overrides.get(app.scale.name, []))
-        overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, *extra, *paths]
+        # a table's cells share a wandb group (logger.* is not in the config hash); a logger.group given
+        # on the command line (in extra) wins
+        group = f"logger.group={app.table.name}/{app.scale.name}"
+        overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, group, *extra, *paths]
         try:
             cfg = finalize(compose_cell(row.experiment, overrides))
         except UserError:
@@ -324,7 +327,12 @@ def run_tables(apps: list[DictConfig]) -> int:
     not_done: set[str] = set()
     for app, cells in expanded:
         rows, records = collect_rows(app, cells, ledger, run_status)
-        render(app, rows, records)
+        out = render(app, rows, records)
+        if cells and cells[0].cfg.logger.name == "wandb":  # one more wandb run: the table and its figures
+            from reproduce.loggers import log_table
+
+            log_table(app.table.name, app.scale.name, rows, list(app.table.columns), out,
+                      logger_cfg=OmegaConf.to_container(cells[0].cfg.logger), wandb_dir=app.paths.output_dir)
         unfinished = {r.config_hash for r in rows if r.status not in (STATUS_COMPLETE, "paper-only")}
         not_done |= unfinished
         print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len(unfinished)}"

@@ -1,0 +1,150 @@
+"""results/README.md from the ledger: a tiny ledger (one real smoke cell on the tiny corpus) and a tiny
+results folder -> the report re-renders the table, shows paper / ours / delta, links figures that exist,
+lists what is not reproduced, is idempotent, restores a deleted table.md, and --check sees staleness."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from analysis.render import _delta, _fmt
+from reproduce import report
+from reproduce.config import CONF_DIR
+from reproduce.ledger import Ledger
+
+REPO = Path(__file__).resolve().parents[1]
+OVERRIDES = ["trainer.test_batch_size=10"]
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tiny_data, tmp_path_factory):
+    """One trained cell of inan2016_t1 at smoke in a tmp ledger, and a results folder holding a committed
+    rendering of another table (no ledger entries here), a figure, a benchmark, a sanity check and notes."""
+    from reproduce.table import expand_cells
+    from reproduce.train import train
+
+    root = tmp_path_factory.mktemp("report")
+    runs, results = root / "runs", root / "results"
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose("table_app", overrides=["table=inan2016_t1", "scale=smoke", f"paths.runs_dir={runs}",
+                                              f"paths.tables_dir={results / 'tables'}"])
+        # the data directory and progress bar are not in the config hash; the test batch size is (a faster
+        # test pass): the report is given it, as reproduce.table would be
+        app.overrides = [f"dataset.data_dir={tiny_data}", "trainer.progress=false", *OVERRIDES]
+        cells = expand_cells(app)
+    first = cells[0]
+    record = train(OmegaConf.create(OmegaConf.to_container(first.cfg)))
+    assert record["status"] == "complete"
+
+    committed = results / "tables" / "inan2017_t1" / "smoke"
+    committed.mkdir(parents=True)
+    for f in ("table.md", "cells.json", "curves.png"):
+        shutil.copy(REPO / "results" / "tables" / "inan2017_t1" / "smoke" / f, committed / f)
+    fig = results / "figures" / "inan2017_fig1" / "lite"
+    fig.mkdir(parents=True)
+    shutil.copy(committed / "curves.png", fig / "fig1.png")
+    (fig / "fig1.json").write_text("{}")
+    (fig / "README.md").write_text("# Figure 1 notes\n\nOne seed per point; see [the data](fig1.json).\n")
+    (results / "bench" / "cpu").mkdir(parents=True)
+    (results / "bench" / "cpu" / "b.json").write_text(json.dumps({
+        "command": "python scripts/bench.py", "git": {"commit": "abcdef1234567"}, "hardware": {"cpu": "X", "torch_threads": 2},
+        "results": [{"model": "m", "objective": "mle", "step_time_s": 1.0, "tokens_per_s": 512.0, "step_time_vs_mle": 1.0},
+                    {"model": "m", "objective": "cosreg", "step_time_s": 1.54, "tokens_per_s": 332.0,
+                     "step_time_vs_mle": 1.54}]}))
+    (results / "sanity").mkdir()
+    (results / "sanity" / "s.md").write_text("# A sanity check\n\n```\n# not a heading\n```\n")
+    (results / "NOTES.md").write_text("# Notes\n\nCAVEAT-SENTINEL: smoke checks plumbing.\n")
+    return {"runs": runs, "results": results, "record": record, "cells": cells}
+
+
+def _links(text: str) -> list[str]:
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def test_report_regenerates_tables_from_the_ledger(tiny_results):
+    runs, results, record = tiny_results["runs"], tiny_results["results"], tiny_results["record"]
+    path = report.write_report(runs, results, overrides=OVERRIDES)
+    text = path.read_text()
+
+    # the trained cell: paper, ours and the difference, as the table renders them
+    ours = record["metrics"]["final"]["test_ppl"]
+    row = (f"| 200 hidden units (keep 0.5) | {_fmt(104.5, 'test_ppl')} | {_fmt(ours, 'test_ppl')} "
+           f"| {_delta(104.5, ours, 'test_ppl')} |")
+    assert row in text
+    assert "| 200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3) (not run) | 98.20 | – |  |" in text
+    assert "Scale: `smoke`" in text and "Hardware: CPU" in text
+    # the re-rendering is reported: this table from the ledger, the committed one kept
+    block = text.split(report.RUN_BLOCK_START)[1].split(report.RUN_BLOCK_END)[0]
+    assert "Re-rendered from the ledger" in block and "inan2016_t1/smoke (1/4 cells)" in block
+    assert "keeps its committed rendering" in block
+    assert "VD-LSTM on PTB with AL, RE and REAL" in text and "| VD-LSTM+REAL | 86.3 |" in text  # committed, kept
+
+    # every relative link resolves: figures, files, and anchors of headings that exist
+    slugs = set()
+    lines = text.splitlines()
+    seen: dict[str, int] = {}
+    for _, _, title in report._headings(lines):
+        s = report.slug(title)
+        slugs.add(s if s not in seen else f"{s}-{seen[s]}")
+        seen[s] = seen.get(s, 0) + 1
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
+    assert "tables/inan2016_t1/smoke/curves.png" in images and "tables/inan2016_t1/smoke/svd_1.png" in images
+    assert "figures/inan2017_fig1/lite/fig1.png" in images and "tables/inan2017_t1/smoke/curves.png" in images
+    for link in _links(text):
+        if link.startswith("#"):
+            assert link[1:] in slugs, link
+        else:
+            assert (results / link).is_file(), link
+    assert "[the data](figures/inan2017_fig1/lite/fig1.json)" in text  # an included file's link, made relative to results/
+
+    # tables never rendered: listed with the command that makes them; papers in order
+    assert "`make reproduce-table TABLE=yu2022_t7 SCALE=lite`" in text
+    not_reproduced = text.split("\n## Not yet reproduced\n")[1]
+    assert "`yu2022_t7`" in not_reproduced and "`inan2016_t1`" not in not_reproduced
+    papers = ("Inan & Khosravi (2016)", "Inan, Khosravi & Socher (2017)", "Gao et al. (2019)", "Yu et al. (2022)")
+    order = [text.index(f"\n## {p}") for p in papers]
+    assert order == sorted(order)
+    # notes verbatim, benchmark ratios, sanity checks with their code blocks untouched
+    assert "CAVEAT-SENTINEL: smoke checks plumbing." in text
+    assert "| m | cosreg |  |  | 1.540 | 332 | – | – | 1.54 |" in text
+    assert "### A sanity check" in text and "\n# not a heading\n" in text
+    assert text.count(report.GENERATED_PREFIX) == 1
+
+
+def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, capsys):
+    runs, results = tiny_results["runs"], tiny_results["results"]
+    first = report.write_report(runs, results, overrides=OVERRIDES).read_text()
+    table_md = results / "tables" / "inan2016_t1" / "smoke" / "table.md"
+    table_md.unlink()
+    second = report.write_report(runs, results, overrides=OVERRIDES).read_text()
+    assert table_md.is_file() and "| 200 hidden units (keep 0.5) | 104.5" in table_md.read_text()
+    differ = [(a, b) for a, b in zip(first.splitlines(), second.splitlines()) if a != b]
+    assert len(first.splitlines()) == len(second.splitlines())
+    assert all(a.startswith(report.GENERATED_PREFIX) for a, _ in differ)
+    cells = json.loads((table_md.parent / "cells.json").read_text())
+    assert cells["command"].startswith("python -m reproduce.table table=inan2016_t1 scale=smoke render_only=true")
+    assert Ledger(runs).is_complete(cells["cells"][0]["config_hash"])
+
+    assert report.check_report(results) == [] and report.main(["--check", "--results", str(results)]) == 0
+    (results / "README.md").write_text(second.replace("CAVEAT-SENTINEL", "edited by hand"))
+    assert report.main(["--check", "--results", str(results)]) == 1
+    assert "stale" in capsys.readouterr().err
+    (results / "README.md").write_text(second)
+    (results / "sanity" / "new.md").write_text("# Another check\n")  # a new result file: the README is stale
+    assert report.check_report(results)
+    (results / "sanity" / "new.md").unlink()
+
+
+def test_slug_and_demote():
+    assert report.slug("Inan & Khosravi (2016), Improved learning") == "inan--khosravi-2016-improved-learning"
+    assert report.slug("`inan2016_t1` at scale `smoke`") == "inan2016_t1-at-scale-smoke"
+    assert report.slug("Per-group PPL and I(W) (Yu et al. 2022, Table 2)") == "per-group-ppl-and-iw-yu-et-al-2022-table-2"
+    assert report.demote("# A\n\n## B\n```\n# code\n```", 3) == "### A\n\n#### B\n```\n# code\n```"
+    md = "## T\n\nSource: S.\nScale: x. Wall time of the cells: 1m. Generated 2026-01-02T03:04:05.\n\n| a |"
+    assert report.table_md_body(md) == "Source: S.\nScale: x. Wall time of the cells: 1m.\n\n| a |"
