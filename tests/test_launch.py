@@ -226,3 +226,29 @@ def test_a_run_is_locked_while_it_trains(tmp_path):
     holder.join(30)
     with Ledger(tmp_path).lock("abc"):  # released with its process
         pass
+
+
+@pytest.mark.slow
+def test_every_table_completes_at_smoke(tiny_data, tmp_path):
+    """`make reproduce-table TABLE=all SCALE=smoke`, on the tiny generated corpora (BPE of 60 pieces,
+    3 updates per cell), through the command line and the process-per-cell scheduler: every cell of
+    every table completes and every table renders. (~5-10 min on 2 cores: marked slow; the same
+    command on the real corpora is in results/tables/*/smoke.)"""
+    import shutil
+
+    from tests.test_transformer_train import sentences, to_german, write_multi30k
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    write_multi30k(data, sentences(200, 0), sentences(10, 1), sentences(10, 2), to_german)
+    out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=all", "scale=smoke", "progress=false",
+                          f"paths.output_dir={tmp_path}/out", f"paths.tables_dir={tmp_path}/tables",
+                          f"hydra.run.dir={tmp_path}/h", f"dataset.data_dir={data}", "dataset.bpe_vocab_size=60",
+                          "scale.max_updates=3", "trainer.progress=false"],
+                         cwd=REPO, capture_output=True, text=True, timeout=3000)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    names = parse_table_names("all")
+    assert f"{len(names)} tables," in out.stdout and " 0 not " in out.stdout
+    for name in names:
+        md = (tmp_path / "tables" / name / "smoke" / "table.md").read_text()
+        assert "(failed)" not in md and "(not run)" not in md
