@@ -9,7 +9,7 @@ ARGS ?=
 # Corpora: a local directory laid out like ../shared/data, else the Hugging Face hub.
 export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
 
-.PHONY: install test test-slow test-gpu reproduce-table lint describe help
+.PHONY: install test test-slow test-gpu reproduce-table lint describe help sweep-gamma sweep-alpha aggregate report
 
 help:
 	@echo "make install                               install repdegen (editable) and its dependencies"
@@ -17,6 +17,10 @@ help:
 	@echo "make test-slow                             real-corpus tests (PTB/WikiText-2 from REPDEGEN_DATA_DIR)"
 	@echo "make reproduce-table TABLE=... SCALE=...   regenerate a paper table (smoke | lite | paper)"
 	@echo "make lint                                  ruff"
+	@echo "make sweep-gamma [SCALE= VALUES= SEEDS= EXPERIMENT= ARGS=]   CosReg gamma x seeds (Gao 2019), then aggregate"
+	@echo "make sweep-alpha [OBJECTIVE=agg|al SCALE= VALUES= SEEDS= ...]  AGG alpha (Yu 2022 Fig. 5) or AL alpha (Inan 2017)"
+	@echo "make aggregate SWEEP_DIR=<multirun dir> [ARGS=--metrics ...]   table + plots of a finished sweep (docs/sweeps.md)"
+	@echo "make report                                results/README.md: every table and figure, regenerated from the ledger"
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
@@ -31,8 +35,35 @@ test-slow:
 test-gpu:
 	$(PYTHON) -m pytest -q -m gpu
 
+# TABLE=all (every table) or a comma-separated list; cells run a process each on the local GPUs (reproduce/launch.py)
 reproduce-table:
 	$(PYTHON) -m reproduce.table table=$(TABLE) scale=$(SCALE) $(ARGS)
 
+report:
+	$(PYTHON) -m reproduce.report $(ARGS)
+
 lint:
 	$(PYTHON) -m ruff check .
+
+# Sweeps (docs/sweeps.md): a Hydra multirun over the preset's values x seeds (conf/sweep/<name>.yaml), aggregated
+# into the sweep folder (aggregate.md/.csv/.json, one PNG per metric) by the preset's callback, or here when a job
+# failed. Empty VALUES / SEEDS / EXPERIMENT = the preset's; SWEEP_DIR = outputs/multirun/<name>-<scale>/<date_time>.
+# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, as conf/table/yu2022_t3.yaml's scale_overrides.
+sweep-gamma:
+	d="$(or $(SWEEP_DIR),outputs/multirun/cosreg_gamma-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
+	$(PYTHON) -m reproduce.train -m +sweep=cosreg_gamma scale=$(SCALE) $(if $(VALUES),objective.gamma=$(VALUES)) \
+	  $(if $(SEEDS),seed=$(SEEDS)) $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) "hydra.sweep.dir=$$d" $(ARGS) \
+	|| { rc=$$?; $(PYTHON) -m reproduce.aggregate "$$d"; exit $$rc; }
+
+sweep-alpha:
+	d="$(or $(SWEEP_DIR),outputs/multirun/$(or $(OBJECTIVE),agg)_alpha-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
+	$(PYTHON) -m reproduce.train -m +sweep=$(or $(OBJECTIVE),agg)_alpha scale=$(SCALE) \
+	  $(if $(filter agg,$(or $(OBJECTIVE),agg)),$(if $(or $(EXPERIMENT),$(filter paper,$(SCALE))),,model=transformer_lm6 dataset=wikitext2_bpe)) \
+	  $(if $(VALUES),objective.alpha=$(VALUES)) $(if $(SEEDS),seed=$(SEEDS)) $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) \
+	  "hydra.sweep.dir=$$d" $(ARGS) \
+	|| { rc=$$?; $(PYTHON) -m reproduce.aggregate "$$d"; exit $$rc; }
+
+aggregate:
+	@test -n "$(SWEEP_DIR)" || { echo "make aggregate: SWEEP_DIR is empty; expected the folder of a multirun, e.g." \
+	  "make aggregate SWEEP_DIR=outputs/multirun/agg_alpha-smoke/2026-01-31_12-00-00" >&2; exit 2; }
+	$(PYTHON) -m reproduce.aggregate $(SWEEP_DIR) $(ARGS)
