@@ -11,16 +11,22 @@ from data.batching import batchify, get_batch
 
 
 @torch.no_grad()
-def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device) -> dict:
-    """Mean NLL and PPL of ``ids`` (1-D) read as ``batch_size`` columns in ``bptt`` segments.
+def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device, columns: slice | None = None) -> dict:
+    """Mean NLL and PPL of ``ids`` (1-D) read as ``batch_size`` columns in ``bptt`` segments, with the
+    NLL sum and token count they come from (``nll_sum``, ``tokens``).
 
     With no dropout at evaluation, carrying the state across segments makes the result independent
-    of ``bptt``; ``batch_size`` changes only which N mod B trailing tokens are dropped.
+    of ``bptt``; ``batch_size`` changes only which N mod B trailing tokens are dropped. ``columns``
+    (e.g. ``slice(r, None, W)``: rank r of W) reads only those columns of the ``batch_size``: the
+    columns are independent, so the sums over a partition of the columns add up to the whole's.
     """
     was_training = model.training
     model.eval()
-    stream = batchify(ids, batch_size).to(device)
-    state = model.init_state(batch_size, device)
+    stream = batchify(ids, batch_size)
+    if columns is not None:
+        stream = stream[:, columns].contiguous()
+    stream = stream.to(device)
+    state = model.init_state(stream.size(1), device)
     nll_sum, count = 0.0, 0
     for i in range(0, stream.size(0) - 1, bptt):
         x, y = get_batch(stream, i, bptt)
@@ -31,4 +37,4 @@ def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device) -
         count += y.numel()
     model.train(was_training)
     mean = nll_sum / count
-    return {"nll": mean, "ppl": perplexity(mean), "tokens": count}
+    return {"nll": mean, "ppl": perplexity(mean), "tokens": count, "nll_sum": nll_sum}

@@ -45,12 +45,13 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from reproduce.ledger import STATUS_COMPLETE, Ledger
+from reproduce.train import EXIT_PREEMPTED
 
 # exit statuses of `python -m reproduce.launch <cell.yaml>`
 EXIT_COMPLETE = 0
 EXIT_FAILED = 1  # the run raised (diverged, a bug): its log says why
 EXIT_USER_ERROR = 2  # bad config or data (exit_on_user_error)
-EXIT_PREEMPTED = 3  # stopped by a signal after writing a checkpoint; run it again to continue
+# EXIT_PREEMPTED (3): stopped by a signal after writing a checkpoint; run it again to continue
 EXIT_NAMES = {EXIT_COMPLETE: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
               EXIT_PREEMPTED: "interrupted"}
 
@@ -428,6 +429,7 @@ def run_cell(cfg_path: Path) -> int:
     """Train the cell of ``cfg_path`` (resuming it); the exit status says how it ended."""
     import traceback
 
+    from reproduce import distributed as dist
     from reproduce.errors import UserError
     from reproduce.train import train
 
@@ -439,10 +441,14 @@ def run_cell(cfg_path: Path) -> int:
     except Exception:  # noqa: BLE001 - logged with its traceback; the scheduler goes on with the others
         traceback.print_exc()
         return EXIT_FAILED
+    finally:
+        dist.teardown()
     status = record.get("status")
     if status == STATUS_COMPLETE:
         return EXIT_COMPLETE
     if status in ("preempted", "interrupted"):
+        if status == "preempted":
+            dist.requeue_if_slurm()  # a SLURM job at its time limit: back in the queue, resumes from the checkpoint
         return EXIT_PREEMPTED
     return EXIT_FAILED
 

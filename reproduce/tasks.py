@@ -14,6 +14,14 @@ checkpoints, stages); a task owns the data side:
 ``loss(model, objective, batch, update)`` returns ``(loss, nll_sum, n_targets)``: the differentiable
 loss averaged over the batch's target tokens (plus once-per-step penalties), the detached plain-NLL
 sum (for the progress bar and the epoch's training PPL), and the number of target tokens.
+
+Distributed training (:mod:`reproduce.distributed`, ``W`` ranks): ``train_batches`` and ``n_targets``
+describe the *global* micro-batches (the same on every rank); ``loss`` computes this rank's shard of
+one -- LM: columns ``r::W`` of the BPTT stream (``trainer.batch_size`` must divide by ``W``);
+translation: sentences ``r::W`` of the bucket -- and returns the shard's token count, by which the
+trainer weights it. Evaluation is sharded the same way (LM: the eval columns ``r::W`` when the eval
+batch size divides by ``W``, else every rank reads the whole split; translation: buckets ``r::W``)
+and reduced as (NLL sum, token count), so every rank gets the single-process numbers.
 """
 
 from __future__ import annotations
@@ -26,8 +34,41 @@ import torch
 from torch import nn
 
 from analysis.evaluate import evaluate_nll
+from analysis.metrics import perplexity
 from data.batching import batchify, bptt_segments, get_batch
 from losses import TokenLayout
+from reproduce import distributed as dist
+from reproduce.errors import ConfigError
+
+
+def check_world_size(cfg, world: int) -> None:
+    """A ConfigError when the config's global batch cannot be sharded over ``world`` ranks (LMs:
+    ``trainer.batch_size`` BPTT columns, ``r::W`` on rank r)."""
+    b = cfg.trainer.batch_size
+    if cfg.dataset.kind != "translation" and b % world:
+        fits = [k for k in range(1, min(b, 64) + 1) if b % k == 0]
+        raise ConfigError(
+            f"trainer.batch_size={b} BPTT columns cannot be split evenly over {world} ranks (each rank trains on "
+            f"columns r::{world}); start a number of ranks that divides {b} ({', '.join(map(str, fits))}), or set "
+            f"trainer.batch_size to a multiple of {world} (a different experiment: a different config hash)"
+        )
+
+
+def _map_state(fn, *states):
+    """``fn`` applied leaf-wise to recurrent states (None, a tensor, or nested lists/tuples of them) and
+    to trees of the same shape with ints as leaves (the batch dimensions)."""
+    first = states[0]
+    if first is None:
+        return None
+    if isinstance(first, (torch.Tensor, int)):
+        return fn(*states)
+    return type(first)(_map_state(fn, *parts) for parts in zip(*states))
+
+
+def _batch_dims(model):
+    """For each tensor of the model's recurrent state, the dimension that indexes the batch columns."""
+    one, two = model.init_state(1, torch.device("cpu")), model.init_state(2, torch.device("cpu"))
+    return _map_state(lambda a, b: next(d for d in range(a.dim()) if a.size(d) != b.size(d)), one, two)
 
 
 def group_geometry(task, model) -> dict:
@@ -47,9 +88,15 @@ def group_geometry(task, model) -> dict:
 class LMTask:
     def __init__(self, cfg, corpus, model, device):
         self.cfg, self.t, self.corpus, self.device = cfg, cfg.trainer, corpus, device
-        self.stream = batchify(corpus.train, self.t.batch_size).to(device)
-        self.bptt_rng = np.random.default_rng(cfg.seed)
+        self.rank, self.world = dist.rank(), dist.world_size()
+        check_world_size(cfg, self.world)
+        stream = batchify(corpus.train, self.t.batch_size)  # (T, batch_size): the global batch
+        if self.world > 1:
+            stream = stream[:, self.rank :: self.world].contiguous()  # this rank's columns
+        self.stream = stream.to(device)
+        self.bptt_rng = np.random.default_rng(cfg.seed)  # the same draws on every rank
         self.stateless = model.init_state(1, torch.device("cpu")) is None
+        self.batch_dims = None if self.stateless else _batch_dims(model)
         self.state = None
 
     # -- checkpointed randomness ------------------------------------------------------------------
@@ -58,6 +105,26 @@ class LMTask:
 
     def set_rng_state(self, state: dict) -> None:
         self.bptt_rng.bit_generator.state = state
+
+    def carried_state(self):
+        """This rank's recurrent state carried into the next BPTT segment (CPU copies; None when stateless)."""
+        return _map_state(lambda x: x.detach().cpu(), self.state)
+
+    def restore_carried_state(self, per_rank: list) -> None:
+        """Continue from ``per_rank`` (:meth:`carried_state` of each rank that wrote the checkpoint);
+        written by another number of ranks, the columns are reassembled and sharded anew."""
+        if per_rank[0] is None:
+            return
+        old = len(per_rank)
+        if old == self.world:
+            mine = per_rank[self.rank]
+        else:
+            def reshard(dim, *parts):  # column c = r + old * j was column j of old rank r
+                full = torch.stack(parts, dim=dim + 1).flatten(dim, dim + 1)
+                return full.index_select(dim, torch.arange(self.rank, full.size(dim), self.world))
+
+            mine = _map_state(reshard, self.batch_dims, *per_rank)
+        self.state = _map_state(lambda x: x.to(self.device), mine)
 
     # -- training ---------------------------------------------------------------------------------
     def train_batches(self, epoch: int, stage: str) -> list:
@@ -79,10 +146,11 @@ class LMTask:
         return batch[1] / self.t.bptt if self.t.variable_bptt else 1.0
 
     def begin_epoch(self, model) -> None:
-        self.state = model.init_state(self.t.batch_size, self.device)
+        self.state = model.init_state(self.stream.size(1), self.device)
 
     def n_targets(self, batch) -> int:
-        return batch[1] * self.stream.size(1)
+        """Target tokens of the global micro-batch ``batch`` (every rank's columns)."""
+        return batch[1] * self.t.batch_size
 
     def loss(self, model, objective, batch, update: int):
         i, seq_len = batch
@@ -102,7 +170,12 @@ class LMTask:
         t = self.t
         bs = batch_size or (t.eval_batch_size if split == "valid" else t.test_batch_size)
         bptt = t.eval_bptt if (bs > 1 or self.stateless) else max(t.eval_bptt, 256)
-        return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device)
+        if self.world == 1 or bs % self.world:  # one process, or every rank reads the whole split
+            return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device)
+        part = evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device,
+                            columns=slice(self.rank, None, self.world))
+        nll_sum, count = dist.sum_over_ranks(part["nll_sum"], part["tokens"])
+        return {"nll": nll_sum / count, "ppl": perplexity(nll_sum / count), "tokens": int(count), "nll_sum": nll_sum}
 
     def groups(self):
         from analysis.groups import frequency_groups
@@ -154,6 +227,7 @@ class TranslationTask:
         from data.translation import PAD
 
         self.cfg, self.t, self.corpus, self.device = cfg, cfg.trainer, corpus, device
+        self.rank, self.world = dist.rank(), dist.world_size()
         self.pad = PAD
         self.lens = {}
         for split in ("train", "valid", "test"):
@@ -164,6 +238,12 @@ class TranslationTask:
         return None
 
     def set_rng_state(self, state) -> None:
+        pass
+
+    def carried_state(self) -> None:  # nothing is carried from one batch to the next
+        return None
+
+    def restore_carried_state(self, per_rank: list) -> None:
         pass
 
     def _batches(self, split: str, shuffle: bool, seed=None) -> list[list[int]]:
@@ -185,7 +265,13 @@ class TranslationTask:
         pass
 
     def n_targets(self, batch) -> int:
+        """Target tokens of the global micro-batch ``batch`` (every rank's sentences)."""
         return int(self.lens["train"][1][batch].sum())
+
+    def shard(self, indices: list[int]) -> list[int]:
+        """This rank's sentences of a bucket: ``r::W`` (the bucket is sorted by length, so the shards
+        are balanced); empty when the bucket has fewer sentences than there are ranks."""
+        return indices if self.world == 1 else indices[self.rank :: self.world]
 
     def _forward(self, model, part, indices):
         from data.translation import collate
@@ -196,10 +282,25 @@ class TranslationTask:
         return out.hidden[mask], b.target[mask], mask
 
     def loss(self, model, objective, batch, update: int):
-        hidden, target, mask = self._forward(model, self.corpus.train, batch)
+        part = self.shard(batch)
+        if not part:
+            return self._empty_shard(model, objective, update)
+        hidden, target, mask = self._forward(model, self.corpus.train, part)
         result = objective(hidden, target, model, update, layout=TokenLayout.from_mask(mask))
         self.last_logs = result.logs
         return result.token_loss + result.reg_loss, result.nll.double() * target.numel(), target.numel()
+
+    def _empty_shard(self, model, objective, update: int):
+        """A rank without sentences in this micro-batch still calls the objective, on zero rows, so the
+        collectives inside objectives (AGG's all-reduce of the batch's counts) stay matched across the
+        ranks; it contributes no loss, no tokens and no gradient (``loss`` None)."""
+        weight = model.output_embedding
+        hidden = weight.new_zeros(0, weight.size(1))
+        target = torch.zeros(0, dtype=torch.long, device=weight.device)
+        with torch.no_grad():
+            result = objective(hidden, target, model, update, layout=TokenLayout(target, target, 0))
+        self.last_logs = result.logs
+        return None, None, 0
 
     @torch.no_grad()
     def evaluate(self, model, split: str, batch_size: int | None = None) -> dict:
@@ -208,14 +309,15 @@ class TranslationTask:
         model.eval()
         part = self.corpus.split(split)
         nll_sum, count = 0.0, 0
-        for indices in self._batches(split, shuffle=False):
+        for indices in self._batches(split, shuffle=False)[self.rank :: self.world]:
             hidden, target, _ = self._forward(model, part, indices)
             logits = model.logits(hidden)
             nll_sum += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
             count += target.numel()
         model.train(was_training)
+        nll_sum, count = dist.sum_over_ranks(nll_sum, count)
         mean = nll_sum / max(count, 1)
-        return {"nll": mean, "ppl": math.exp(min(mean, 700)), "tokens": count}
+        return {"nll": mean, "ppl": math.exp(min(mean, 700)), "tokens": int(count)}
 
     @torch.no_grad()
     def translate_split(self, model, split: str) -> list[str]:

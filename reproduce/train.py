@@ -6,12 +6,26 @@
 
 The run lives in ``<paths.runs_dir>/<config hash>/``. A run already complete there is reported, not
 repeated; an interrupted one continues with ``trainer.resume=true``.
+
+On several devices (:mod:`reproduce.distributed`; the batch settings are global, so the result and
+the config hash do not depend on the number of ranks):
+
+    torchrun --standalone --nproc_per_node=4 -m reproduce.train experiment=yu2022/gpt2_wt103 objective=agg
+    srun --ntasks-per-node=4 --gpus-per-task=1 python -m reproduce.train experiment=... trainer.resume=true
+
+Exit status: 0 complete (or already complete); 2 a user error (config, data); 3
+(:data:`EXIT_PREEMPTED`) stopped by SIGUSR1/SIGTERM (or ``trainer.stop_after_updates``) after writing a
+checkpoint -- the job is requeued under SLURM, elsewhere run the command again with
+``trainer.resume=true``; 1 anything else (a crash, a diverged run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -23,31 +37,53 @@ from omegaconf import DictConfig, OmegaConf
 from data.corpus import load_corpus
 from losses import build_objective
 from models import build_model, resolve_tie
+from reproduce import distributed as dist
 from reproduce.config import config_hash, finalize, register_all
-from reproduce.errors import ConfigError, exit_on_user_error
+from reproduce.errors import ConfigError, UserError, exit_on_user_error
 from reproduce.ledger import STATUS_COMPLETE, Ledger, RunLocked, atomic_write_json
 from reproduce.loggers import make_logger
 from reproduce.provenance import command_line, git_commit, hardware
-from reproduce.trainer import SimulatedInterrupt, Trainer, TrainingDiverged
+from reproduce.tasks import check_world_size
+from reproduce.trainer import Preempted, SimulatedInterrupt, Trainer, TrainingDiverged
 
 register_all()
 
+# `python -m reproduce.train` exits with this status when a preemption signal (or
+# trainer.stop_after_updates) stopped the run after its checkpoint: run it again to continue
+EXIT_PREEMPTED = 3
+STATUS_PREEMPTED = "preempted"
 
-def load_any_corpus(dataset_cfg, cache_dir):
+
+def load_any_corpus(dataset_cfg, cache_dir, verbose: bool = True):
     """The word/BPE token streams of a language-modelling corpus, or the pairs of a translation corpus."""
     if dataset_cfg.kind == "translation":
         from data.translation import load_parallel_corpus
 
-        return load_parallel_corpus(dataset_cfg, cache_dir)
-    return load_corpus(dataset_cfg, cache_dir)
+        return load_parallel_corpus(dataset_cfg, cache_dir, verbose=verbose)
+    return load_corpus(dataset_cfg, cache_dir, verbose=verbose)
+
+
+def uses_cuda(name: str) -> bool:
+    """Whether ``trainer.device=name`` trains on CUDA devices."""
+    return name == "cuda" or (name == "auto" and torch.cuda.is_available())
+
+
+def _load_corpus_quiet_off_main(cfg):
+    """The corpus; ranks other than 0 load it without repeating rank 0's messages."""
+    if dist.is_main():
+        return load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return load_any_corpus(cfg.dataset, cfg.paths.cache_dir, verbose=False)
 
 
 def pick_device(name: str) -> torch.device:
+    """``trainer.device``: auto (CUDA if available), cuda or cpu; under a launcher, a rank's CUDA device
+    is ``cuda:LOCAL_RANK`` (``cuda:0`` when SLURM shows each task one GPU)."""
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    if uses_cuda(name):
+        return torch.device("cuda", dist.device_index()) if dist.is_distributed() else torch.device("cuda")
+    return torch.device("cpu")
 
 
 def _compact(record: dict) -> dict:
@@ -75,27 +111,38 @@ def train(cfg: DictConfig) -> dict:
 
     The run's directory is locked while it trains (:meth:`Ledger.lock`): a second process asking
     for the same config gets a clear error instead of writing over the first one's checkpoints.
+    Under torchrun or srun every rank calls this; rank 0 holds the lock and writes the ledger.
     """
     cfg = finalize(cfg)
     h = config_hash(cfg)
+    dist.init_distributed(use_cuda=uses_cuda(cfg.trainer.device))
+    check_world_size(cfg, dist.world_size())
     ledger = Ledger(cfg.paths.runs_dir)
-    try:
-        with ledger.lock(h):
-            return _train(cfg, h, ledger)
-    except RunLocked as err:
-        raise ConfigError(
-            f"{err}. Wait for it to finish (a complete run is reused, not repeated), or stop that process first"
-        ) from None
+
+    def lock(stack: contextlib.ExitStack) -> None:
+        try:
+            stack.enter_context(ledger.lock(h))
+        except RunLocked as err:
+            raise ConfigError(
+                f"{err}. Wait for it to finish (a complete run is reused, not repeated), or stop that process first"
+            ) from None
+
+    # from here on SIGUSR1/SIGTERM only ask for a stop at the next update boundary (after a checkpoint)
+    with contextlib.ExitStack() as stack, dist.preemption_signals():
+        dist.run_on_main(lambda: lock(stack))
+        return _train(cfg, h, ledger)
 
 
-def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
+def _preflight(cfg: DictConfig, h: str, ledger: Ledger, resume: bool) -> dict | None:
+    """Rank 0's look at the ledger before any work: the record of a complete run (not run again), an
+    error for an unfinished run without ``resume``, else the previous record to continue (or None)."""
     run_dir = ledger.run_dir(h)
     previous = ledger.load(h)
     if previous is not None and previous.get("status") == STATUS_COMPLETE:
         print(f"repdegen: {run_label(cfg)} [{h}] is already complete in {run_dir}; not running it again")
         return previous
     checkpoint = run_dir / "checkpoint.pt"
-    if checkpoint.is_file() and not cfg.trainer.resume:
+    if checkpoint.is_file() and not resume:
         raise ConfigError(
             f"{run_dir} holds an unfinished run of this exact config (last checkpoint {checkpoint}). "
             f"Continue it with trainer.resume=true, or move that directory away to start over"
@@ -105,16 +152,37 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
         (run_dir / "result.json").rename(run_dir / f"result.{previous.get('status', 'old')}-{stamp}.json")
         previous = None
     run_dir.mkdir(parents=True, exist_ok=True)
+    return previous
+
+
+def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
+    run_dir = ledger.run_dir(h)
+    resume = bool(cfg.trainer.resume)
+    if not resume and dist.slurm_restart_count() > 0:
+        dist.print_main(f"repdegen: SLURM requeued this job (SLURM_RESTART_COUNT={dist.slurm_restart_count()}): "
+                        f"resuming from the checkpoint as with trainer.resume=true", flush=True)
+        resume = True
+    previous = dist.run_on_main(lambda: _preflight(cfg, h, ledger, resume))
+    if previous is not None and previous.get("status") == STATUS_COMPLETE:
+        return previous
+    main = dist.is_main()
 
     start_wall = time.time()
     prior_wall = float(previous.get("wall_time_s", 0.0)) if previous else 0.0
     started = previous.get("started") if previous else dt.datetime.now().isoformat(timespec="seconds")
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.trainer.device)
-    corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
+    # rank 0 first: it fills the corpus (and BPE) cache the others then read
+    corpus = dist.main_first(lambda: _load_corpus_quiet_off_main(cfg))
     tie = resolve_tie(cfg.model, cfg.objective)
     model = build_model(cfg.model, len(corpus.vocab), tie).to(device)
     objective = build_objective(cfg.objective, len(corpus.vocab), cfg.trainer.label_smoothing).to(device)
+    # the same initial weights on every rank (the same seed gives them; rank 0's are sent to be sure);
+    # then each rank its own dropout stream (rank 0 keeps the single-process stream)
+    dist.broadcast_parameters(model)
+    dist.broadcast_parameters(objective)
+    if dist.rank() > 0:
+        torch.manual_seed(cfg.seed + dist.rank())
     n_params = sum(p.numel() for p in model.parameters())
     record = {
         "status": "running",
@@ -132,25 +200,46 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
         "history": [],
         "metrics": {},
     }
-    if getattr(corpus, "tokenizer", None) is not None:  # the run directory alone can translate/decode
-        corpus.tokenizer.save(run_dir / "bpe.model")
-    torch.save(corpus.vocab.counts.clone(), run_dir / "vocab_counts.pt")  # frequency groups for the figures
-    logger = make_logger(cfg, run_dir, record["label"])
+    if dist.is_distributed():
+        record["distributed"] = {"world_size": dist.world_size(), "launcher": dist.info().launcher,
+                                 "backend": dist.info().backend}
+    logger = None
+    if main:
+        if getattr(corpus, "tokenizer", None) is not None:  # the run directory alone can translate/decode
+            corpus.tokenizer.save(run_dir / "bpe.model")
+        torch.save(corpus.vocab.counts.clone(), run_dir / "vocab_counts.pt")  # frequency groups for the figures
+        logger = make_logger(cfg, run_dir, record["label"])
     trainer = Trainer(cfg, model, objective, corpus, run_dir, device, logger)
 
     def update(state) -> None:
+        """result.json, written by rank 0 only."""
         record["history"] = [_compact(r) for r in state.history]
         if state.trace:
             record["trace"] = state.trace
         record["wall_time_s"] = prior_wall + time.time() - start_wall
-        ledger.write(h, record)
+        if main:
+            ledger.write(h, record)
 
     trainer.on_epoch_end = update
-    if cfg.trainer.resume and trainer.load_checkpoint():
-        print(f"repdegen: resuming {record['label']} [{h}] after {trainer.state.stage} epoch {trainer.state.epoch}")
-    print(f"repdegen: {record['label']} [{h}] -> {run_dir} ({n_params:,} parameters, device {device})", flush=True)
+    if resume and trainer.load_checkpoint():
+        mid = " (mid-epoch)" if trainer.resumes_mid_epoch else ""
+        dist.print_main(f"repdegen: resuming {record['label']} [{h}] after {trainer.state.stage} epoch "
+                        f"{trainer.state.epoch}{mid}, {trainer.state.updates} updates")
+    ranks = f", {dist.world_size()} ranks" if dist.is_distributed() else ""
+    dist.print_main(f"repdegen: {record['label']} [{h}] -> {run_dir} ({n_params:,} parameters, device {device}{ranks})",
+                    flush=True)
     try:
         stages = trainer.fit()
+        not_finite = [k for k, v in stages.items() if not math.isfinite(v["valid_ppl"])]
+        if not_finite:  # a loss that stayed finite but a model that predicts nothing: the run diverged
+            raise TrainingDiverged(
+                f"the validation perplexity of stage(s) {', '.join(not_finite)} is not finite "
+                f"({', '.join(str(stages[k]['valid_ppl']) for k in not_finite)}): the run diverged. Lower optim.lr "
+                f"or set optim.clip_grad_norm, and run it again"
+            )
+        if logger is not None:  # before finish(): final metrics into the run summary, embedding figures as images
+            logger.log_final(dict(record, metrics=stages, status=STATUS_COMPLETE), model.output_embedding,
+                             corpus.vocab.counts)
     except TrainingDiverged as err:
         record.update(status="failed", error=str(err))
         update(trainer.state)
@@ -158,6 +247,11 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     except SimulatedInterrupt:
         record["status"] = "interrupted"
         update(trainer.state)
+        return record
+    except Preempted as stop:
+        record.update(status=STATUS_PREEMPTED, preempted=str(stop))
+        update(trainer.state)
+        dist.print_main(f"repdegen: {stop}", flush=True)
         return record
     finally:
         if logger is not None:
@@ -167,7 +261,10 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     record["stopped_early"] = trainer.state.stopped_early
     record["asgd_epoch"] = trainer.state.asgd_epoch
     record["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+    record.pop("preempted", None)
     update(trainer.state)
+    if not main:
+        return record
     final = stages["final"]
     summary = ", ".join(f"{k} {v['valid_ppl']:.2f}/{v['test_ppl']:.2f}" for k, v in stages.items())
     bleu = f"; BLEU {final['bleu']:.2f} (tokenized {final['bleu_tok']:.2f})" if "bleu" in final else ""
@@ -202,12 +299,52 @@ def write_job_pointer(record: dict) -> None:
     })
 
 
+def in_multirun() -> bool:
+    try:
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def _train_in_multirun(cfg: DictConfig) -> dict:
+    """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
+    (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
+    exiting the process, and the job's ``run.json`` says why, for ``reproduce.aggregate``."""
+    try:
+        return train(cfg)
+    except UserError as err:
+        print(f"repdegen: error: {err}", file=sys.stderr, flush=True)
+        if dist.is_main():
+            try:
+                out = Path(HydraConfig.get().runtime.output_dir)
+                h = config_hash(finalize(cfg))
+                atomic_write_json(out / "run.json", {"config_hash": h, "status": "failed", "error": str(err),
+                                                     "run_dir": str(Path(cfg.paths.runs_dir).resolve() / h)})
+            except Exception:  # noqa: BLE001 - a config too broken to hash: the message above says why
+                pass
+        raise
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
-    """Returns the final validation PPL (the value a Hydra sweeper such as Optuna minimizes)."""
+    """Returns the final validation PPL (the value a Hydra sweeper such as Optuna minimizes). A
+    preempted run requeues its SLURM job (:func:`reproduce.distributed.requeue_if_slurm`) and exits
+    with :data:`EXIT_PREEMPTED`."""
     cfg.choices = hydra_choices()
-    record = exit_on_user_error(train)(cfg)
-    write_job_pointer(record)
+    try:
+        if in_multirun():
+            record = _train_in_multirun(cfg)
+        else:
+            record = exit_on_user_error(train)(cfg)
+    finally:
+        dist.teardown()
+    if dist.is_main():
+        write_job_pointer(record)
+    if record.get("status") == STATUS_PREEMPTED:
+        dist.requeue_if_slurm()
+        sys.exit(EXIT_PREEMPTED)
     final = record.get("metrics", {}).get("final", {})
     return float(final["valid_ppl"]) if "valid_ppl" in final else None
 

@@ -2,6 +2,21 @@
 per-epoch validation; early stopping; AWD-LSTM's finetune stage; an atomic checkpoint after every
 epoch from which ``trainer.resume=true`` continues to the same result (bit-identical on CPU).
 
+Preemption: SIGUSR1/SIGTERM (see :mod:`reproduce.distributed`) or ``trainer.stop_after_updates``
+stop the run at the next optimizer-update boundary with a *mid-epoch* checkpoint (the updates done in
+the epoch, its partial sums, the draw of its batches, the RNG states, the recurrent state carried
+across BPTT segments), from which ``trainer.resume=true`` continues exactly; :class:`Preempted` ends
+the run.
+
+Distributed data parallel (``torchrun``/``srun``, one process per device): the config's batch is the
+*global* batch and every micro-batch is sharded over the ranks by the task (LM: columns ``r::W`` of
+the BPTT stream; translation: sentences ``r::W`` of each bucket), so the same config trains the same
+model at any world size. Gradients are synchronised by :meth:`Trainer.sync_gradients`, not by
+``DistributedDataParallel``; see its docstring for why. Every rank holds the same weights and the
+same optimizer state; metrics are reduced as (sum, count), so every rank takes the same decisions
+(early stopping, NT-ASGD, best weights); rank 0 alone prints, writes files and runs the final
+extras (group metrics, BLEU) while the others wait.
+
 Schedules (``optim``): epochs ``1..decay_after_epoch`` at ``lr``, then ``lr * lr_decay**(e - k)``.
 NT-ASGD (Merity et al. 2018, as awd-lstm-lm/main.py): SGD until the validation loss is worse than
 the best of all but the last ``nonmono`` evaluations, then ``torch.optim.ASGD(t0=0, lambd=0)``;
@@ -21,6 +36,7 @@ import torch
 from tqdm import tqdm
 
 from analysis.metrics import embedding_metrics
+from reproduce import distributed as dist
 from reproduce.errors import UserError
 from reproduce.ledger import atomic_torch_save
 from reproduce.tasks import make_task
@@ -36,6 +52,11 @@ class TrainingDiverged(UserError):
 
 class SimulatedInterrupt(Exception):
     """Raised after ``trainer.stop_after_epochs`` epochs (tests of kill-and-resume)."""
+
+
+class Preempted(Exception):
+    """SIGUSR1/SIGTERM (or ``trainer.stop_after_updates``) stopped the run after a checkpoint was
+    written; ``trainer.resume=true`` continues it exactly."""
 
 
 @dataclass
@@ -124,6 +145,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.device = device
         self.logger = logger
+        self.is_main = dist.is_main()  # rank 0: prints, progress bars, files
         self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
         self.task = make_task(cfg, corpus, model, device)
         if hasattr(objective, "setup"):
@@ -132,7 +154,16 @@ class Trainer:
                             train_counts=corpus.vocab.counts, model=model)
         self.state = RunState(optimizer_name="sgd" if self.o.name == "ntasgd" else self.o.name)
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
-        self.on_epoch_end = None  # callback(record) used by train.py to update result.json
+        self.on_epoch_end = None  # callback(state), on rank 0, used by train.py to update result.json
+        self._mid_epoch: dict | None = None  # a mid-epoch checkpoint's progress, for train_epoch to continue
+
+    def print(self, *args) -> None:
+        dist.print_main(*args, flush=True)
+
+    @property
+    def resumes_mid_epoch(self) -> bool:
+        """Whether the loaded checkpoint was written in the middle of an epoch (a preemption)."""
+        return self._mid_epoch is not None
 
     # ---------------------------------------------------------------------------------------------
     def make_optimizer(self, name: str):
@@ -173,19 +204,31 @@ class Trainer:
     def checkpoint_path(self) -> Path:
         return self.run_dir / "checkpoint.pt"
 
-    def save_checkpoint(self) -> None:
-        atomic_torch_save(
-            self.checkpoint_path(),
-            {
-                "run_state": asdict(self.state),
-                "model": self.model.state_dict(),
-                "objective": self.objective.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng_torch": torch.get_rng_state(),
-                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "rng_task": self.task.rng_state(),
-            },
-        )
+    @staticmethod
+    def _rng_states() -> dict:
+        return {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+    def save_checkpoint(self, mid_epoch: dict | None = None) -> None:
+        """Every rank calls it (each rank's RNG state, and its share of the recurrent state of a
+        mid-epoch checkpoint, are gathered); rank 0 writes the file; all ranks leave together."""
+        rng_ranks = dist.all_gather_object(self._rng_states())
+        if mid_epoch is not None:
+            mid_epoch = dict(mid_epoch, carried_state=dist.all_gather_object(self.task.carried_state()))
+        if self.is_main:
+            atomic_torch_save(
+                self.checkpoint_path(),
+                {
+                    "run_state": asdict(self.state),
+                    "model": self.model.state_dict(),
+                    "objective": self.objective.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "rng_ranks": rng_ranks,  # [rank 0's {torch, cuda}, rank 1's, ...]
+                    "rng_task": self.task.rng_state(),  # the same on every rank
+                    "mid_epoch": mid_epoch,  # None at an epoch boundary
+                },
+            )
+        dist.barrier()
 
     def load_checkpoint(self) -> bool:
         path = self.checkpoint_path()
@@ -197,14 +240,26 @@ class Trainer:
         self.objective.load_state_dict(ckpt["objective"])
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng_torch"])
-        if ckpt["rng_cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt["rng_cuda"])
+        # checkpoints written before distributed training held rank 0's state only
+        rng_ranks = ckpt.get("rng_ranks") or [{"torch": ckpt["rng_torch"], "cuda": ckpt["rng_cuda"]}]
+        rank, world = dist.rank(), dist.world_size()
+        if len(rng_ranks) != world:
+            self.print(f"repdegen: note: {path} was written by {len(rng_ranks)} rank(s) and is resumed by {world}: the "
+                       f"data and the updates continue exactly, the dropout masks differ from an uninterrupted run")
+        if rank < len(rng_ranks):
+            torch.set_rng_state(rng_ranks[rank]["torch"].cpu())
+            if rng_ranks[rank]["cuda"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all([s.cpu() for s in rng_ranks[rank]["cuda"]])
+        else:  # a rank the checkpoint did not have: its own stream, as at the start of a run
+            torch.manual_seed(self.cfg.seed + rank)
         self.task.set_rng_state(ckpt["rng_task"])
+        self._mid_epoch = ckpt.get("mid_epoch")
         return True
 
     def save_weights(self, name: str) -> None:
-        atomic_torch_save(self.run_dir / name, {"model": self.model.state_dict(), "objective": self.objective.state_dict()})
+        if self.is_main:
+            atomic_torch_save(self.run_dir / name, {"model": self.model.state_dict(), "objective": self.objective.state_dict()})
+        dist.barrier()  # the other ranks may read it next
 
     def load_weights(self, name: str) -> None:
         blob = torch.load(self.run_dir / name, map_location=self.device, weights_only=False)
@@ -215,23 +270,94 @@ class Trainer:
     def _updates_left(self) -> bool:
         return self.t.max_updates is None or self.state.updates < self.t.max_updates
 
+    def sync_gradients(self) -> None:
+        """Sum the gradients over the ranks: one flattened all-reduce per update (per parameter dtype;
+        in practice one), after the last micro-batch's backward pass.
+
+        Each rank backpropagates, for every micro-batch of the update, its shard's mean loss times
+        (its shard's target tokens / the update's target tokens on all ranks), so the sum over the
+        ranks is the single-process gradient of the same global micro-batches: the token-weighted
+        mean of Trainer.train_epoch. Why not ``DistributedDataParallel``:
+
+        * the loss is not formed inside ``model.forward``: the objective reads ``model.output_embedding``
+          itself (AGG through a custom autograd Function), may own parameters, and hooks gradients
+          (the freezing experiments); DDP would need model and objective wrapped in one module and a
+          different objective interface;
+        * the ranks' shares of an update differ (translation shards hold different token counts, and a
+          bucket with fewer sentences than ranks leaves a shard empty); DDP averages uniformly and
+          needs every rank to run a backward pass on every micro-batch;
+        * a parameter that gets no gradient on any rank keeps none (the optimizers then skip it: no
+          weight decay, no momentum), which a sum of "has a gradient" flags reproduces exactly.
+
+        The price: the all-reduce does not overlap the backward pass as DDP's buckets do. With one
+        process this is a no-op and the single-process code path is untouched.
+        """
+        if not dist.is_distributed():
+            return
+        has_grad = dist.sum_over_ranks(*(p.grad is not None for p in self.params))  # host facts: no device sync
+        by_dtype: dict[torch.dtype, list[int]] = {}
+        for i, p in enumerate(self.params):
+            if has_grad[i] > 0:
+                by_dtype.setdefault(p.dtype, []).append(i)
+            else:
+                self.params[i].grad = None
+        for indices in by_dtype.values():
+            params = [self.params[i] for i in indices]
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+            dist.all_reduce_sum(flat)
+            offset = 0
+            for p in params:
+                p.grad = flat[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+
+    def _take_mid_epoch(self, epoch: int) -> dict | None:
+        """The progress of a mid-epoch checkpoint in (stage, ``epoch``), once."""
+        mid, self._mid_epoch = self._mid_epoch, None
+        if mid is None:
+            return None
+        if (mid["stage"], mid["epoch"]) != (self.state.stage, epoch):
+            raise RuntimeError(f"the mid-epoch checkpoint is in {mid['stage']} epoch {mid['epoch']}, "
+                               f"but training continues in {self.state.stage} epoch {epoch}")
+        return mid
+
+    def _stop_requested(self) -> str | None:
+        """Why the run stops at this update boundary (None: it goes on); the same answer on every rank."""
+        if self.t.stop_after_updates is not None and self.state.updates == self.t.stop_after_updates:
+            return f"trainer.stop_after_updates={self.t.stop_after_updates}"
+        if dist.any_rank(dist.preempt_requested()):
+            return "a preemption signal (SIGUSR1/SIGTERM)"
+        return None
+
     def train_epoch(self, epoch: int) -> dict:
         t, model, objective, task = self.t, self.model, self.objective, self.task
         model.train()
         objective.train()
+        resume = self._take_mid_epoch(epoch)
+        if resume is not None:  # draw the epoch's batches again from the RNG state they were drawn with
+            task.set_rng_state(resume["rng_task_epoch"])
+        rng_task_epoch = task.rng_state()
         batches = task.train_batches(epoch, self.state.stage)
         groups = [batches[k : k + t.update_freq] for k in range(0, len(batches), t.update_freq)]
         task.begin_epoch(model)
         # accumulated on the device; read (one host sync) only every `check_every` updates
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         finite = torch.ones((), dtype=torch.bool, device=self.device)
-        n_tok, start, check_every, done = 0, time.time(), 10, 0
+        n_tok, first, done, seconds_before, check_every = 0, 0, 0, 0.0, 10
         lr = self.current_lr(epoch)
+        if resume is not None:
+            first, done, lr, seconds_before = resume["groups_done"], resume["epoch_updates"], resume["lr"], resume["seconds"]
+            if dist.is_main():  # the epoch's sums so far (over all ranks) continue on rank 0
+                nll_sum.fill_(resume["nll_sum"])
+                n_tok = resume["n_tok"]
+            task.restore_carried_state(resume["carried_state"])
+        start = time.time()
         desc = f"{self.state.stage} epoch {epoch}"
-        bar = tqdm(groups, desc=desc, disable=not t.progress, leave=False, dynamic_ncols=True, mininterval=1.0)
-        for step, group in enumerate(bar):
+        bar = tqdm(total=len(groups), initial=first, desc=desc, disable=not (t.progress and self.is_main), leave=False,
+                   dynamic_ncols=True, mininterval=1.0)
+        for step in range(first, len(groups)):
             if not self._updates_left():
                 break
+            group = groups[step]
             opt = self.optimizer
             lr = self.current_lr(epoch)
             step_lr = lr * task.lr_scale(group[0])
@@ -239,16 +365,20 @@ class Trainer:
                 param_group["lr"] = step_lr
             opt.zero_grad(set_to_none=True)
             # gradient accumulation: each micro-batch's mean loss weighted by its share of the
-            # update's target tokens, so the update's gradient is that of the mean over all of them
-            sizes = [task.n_targets(b) for b in group]
-            total = sum(sizes)
-            for b, size in zip(group, sizes):
+            # update's target tokens, so the update's gradient is that of the mean over all of them;
+            # under DDP each rank holds a shard of every micro-batch and `total` counts all ranks'
+            total = sum(task.n_targets(b) for b in group)
+            for b in group:
                 with self.autocast():
                     loss, b_nll_sum, b_tok = task.loss(model, objective, b, self.state.updates)
+                if loss is None:  # this rank's shard of the micro-batch is empty
+                    continue
                 finite &= torch.isfinite(loss.detach())
-                (loss * (size / total) if len(group) > 1 else loss).backward()
+                weight = b_tok / total
+                (loss if weight == 1.0 else loss * weight).backward()
                 nll_sum += b_nll_sum
                 n_tok += b_tok
+            self.sync_gradients()
             if self.o.clip_grad_norm:
                 torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
             opt.step()
@@ -259,26 +389,45 @@ class Trainer:
                 objective.after_update(model, self.state.updates)
             self.state.updates += 1
             done += 1
+            bar.update(1)
             if step % check_every == 0 or step == len(groups) - 1:
-                if not bool(finite):  # checkpoints are written only at epoch ends: the last one is good
-                    raise TrainingDiverged(
-                        f"the training loss became NaN or infinite at {desc}, by update {step + 1}/{len(groups)} "
-                        f"(lr={step_lr:g}). The last good checkpoint (after epoch {self.state.epoch} of stage "
-                        f"{self.state.stage!r}) is kept at {self.checkpoint_path()}. Lower optim.lr or set "
-                        f"optim.clip_grad_norm, then rerun with trainer.resume=true"
-                    )
-                if t.progress:
+                self._check_finite(finite, desc, step, len(groups), step_lr)
+                if t.progress and self.is_main:
                     mean = nll_sum.item() / max(n_tok, 1)
                     bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
                                     tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:.3g}")
-        if not bool(finite):
+            why = self._stop_requested()
+            if why is not None:
+                bar.close()
+                self._check_finite(finite, desc, step, len(groups), step_lr)  # never checkpoint a diverged run
+                nll_total, tok_total = dist.sum_over_ranks(nll_sum.item(), n_tok)
+                self.save_checkpoint(mid_epoch={
+                    "stage": self.state.stage, "epoch": epoch, "groups_done": step + 1, "epoch_updates": done,
+                    "nll_sum": nll_total, "n_tok": int(tok_total), "lr": lr, "rng_task_epoch": rng_task_epoch,
+                    "seconds": seconds_before + time.time() - start})
+                raise Preempted(f"stopped by {why} after update {step + 1}/{len(groups)} of {desc} ({self.state.updates} "
+                                f"updates in all); continue with trainer.resume=true from {self.checkpoint_path()}")
+        bar.close()
+        if dist.any_rank(not bool(finite)):
             raise TrainingDiverged(f"the training loss became NaN or infinite at {desc}; lower optim.lr")
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
-        seconds = time.time() - start
-        mean = nll_sum.item() / max(n_tok, 1)
+        seconds = seconds_before + time.time() - start
+        nll_total, tok_total = dist.sum_over_ranks(nll_sum.item(), n_tok)
+        mean = nll_total / max(tok_total, 1)
         return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr, "updates": self.state.updates,
-                "epoch_updates": done, "tokens_per_s": n_tok / max(seconds, 1e-9), "epoch_seconds": seconds}
+                "epoch_updates": done, "tokens_per_s": tok_total / max(seconds, 1e-9), "epoch_seconds": seconds}
+
+    def _check_finite(self, finite: torch.Tensor, desc: str, step: int, n_steps: int, step_lr: float) -> None:
+        """TrainingDiverged (on every rank) if any rank's loss was NaN or infinite; checkpoints are
+        written only at epoch ends and preemptions, after this check: the last one is good."""
+        if dist.any_rank(not bool(finite)):
+            raise TrainingDiverged(
+                f"the training loss became NaN or infinite at {desc}, by update {step + 1}/{n_steps} "
+                f"(lr={step_lr:g}). The last good checkpoint (after epoch {self.state.epoch} of stage "
+                f"{self.state.stage!r}) is kept at {self.checkpoint_path()}. Lower optim.lr or set "
+                f"optim.clip_grad_norm, then rerun with trainer.resume=true"
+            )
 
     def evaluate(self, split: str, batch_size: int | None = None) -> dict:
         with self.autocast():
@@ -300,16 +449,19 @@ class Trainer:
     def _end_epoch(self, record: dict) -> None:
         self.state.history.append(record)
         self.save_checkpoint()
-        if self.on_epoch_end is not None:
+        if self.is_main and self.on_epoch_end is not None:
             self.on_epoch_end(self.state)
-        if self.logger is not None:
+        if self.is_main and self.logger is not None:
             self.logger.log({k: v for k, v in record.items() if not isinstance(v, list)}, step=len(self.state.history))
         brief = " | ".join(f"{k} {record[k]:.2f}" for k in ("train_ppl", "valid_ppl") if k in record)
-        print(f"[{record['stage']} epoch {record['epoch']:3d}] {brief} | I(W) {record['isotropy']:.3g} "
-              f"| mean cos {record['mean_cos']:.3f} | lr {record['lr']:g} | {record['epoch_seconds']:.0f}s", flush=True)
+        self.print(f"[{record['stage']} epoch {record['epoch']:3d}] {brief} | I(W) {record['isotropy']:.3g} "
+                   f"| mean cos {record['mean_cos']:.3f} | lr {record['lr']:g} | {record['epoch_seconds']:.0f}s")
         done = sum(1 for r in self.state.history)
         if self.t.stop_after_epochs is not None and done >= self.t.stop_after_epochs:
             raise SimulatedInterrupt(f"stopped after {done} epochs (trainer.stop_after_epochs)")
+        if dist.any_rank(dist.preempt_requested()):  # a signal during validation: this epoch's checkpoint will do
+            raise Preempted(f"stopped by a preemption signal (SIGUSR1/SIGTERM) after {record['stage']} epoch "
+                            f"{record['epoch']}; continue with trainer.resume=true from {self.checkpoint_path()}")
 
     def _epoch(self, epoch: int) -> dict:
         """Train one epoch of the current stage and validate: the epoch's record."""
@@ -338,17 +490,17 @@ class Trainer:
                 s.epochs_since_best += 1
             if o.name == "ntasgd" and s.optimizer_name == "sgd":
                 if nonmonotone_trigger(s.val_history, val, o.nonmono):
-                    print(f"[train epoch {epoch:3d}] switching to ASGD (validation stopped improving)", flush=True)
+                    self.print(f"[train epoch {epoch:3d}] switching to ASGD (validation stopped improving)")
                     s.optimizer_name, s.asgd_epoch = "asgd", epoch
                     self.optimizer = self.make_optimizer("asgd")
                 s.val_history.append(val)
             s.epoch = epoch
             self._keep_for_averaging(epoch)
             if t.early_stopping is not None and s.epochs_since_best > t.early_stopping:
-                print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_best} epochs without improvement", flush=True)
+                self.print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_best} epochs without improvement")
                 s.stopped_early = True
             if not self._updates_left():
-                print(f"[train epoch {epoch:3d}] reached trainer.max_updates={t.max_updates}", flush=True)
+                self.print(f"[train epoch {epoch:3d}] reached trainer.max_updates={t.max_updates}")
             if s.stopped_early or epoch >= t.max_epochs or not self._updates_left():
                 s.stage = "trained"
             self._end_epoch(record)
@@ -364,7 +516,9 @@ class Trainer:
             self.save_weights(f"epoch{epoch}.pt")
             s.saved_epochs.append(epoch)
             while len(s.saved_epochs) > t.average_last:
-                (self.run_dir / f"epoch{s.saved_epochs.pop(0)}.pt").unlink(missing_ok=True)
+                old = self.run_dir / f"epoch{s.saved_epochs.pop(0)}.pt"
+                if self.is_main:
+                    old.unlink(missing_ok=True)
 
     def final_weights(self) -> str:
         """The weights the final metrics come from: the average of the last ``average_last`` epochs
@@ -372,8 +526,10 @@ class Trainer:
         t, s = self.t, self.state
         if t.average_last > 1 and len(s.saved_epochs) > 1:
             names = [f"epoch{e}.pt" for e in s.saved_epochs]
-            average_weights([self.run_dir / n for n in names], self.run_dir / "averaged.pt")
-            print(f"repdegen: evaluating the average of {', '.join(names)}", flush=True)
+            if self.is_main:
+                average_weights([self.run_dir / n for n in names], self.run_dir / "averaged.pt")
+            dist.barrier()
+            self.print(f"repdegen: evaluating the average of {', '.join(names)}")
             return "averaged.pt"
         return "last.pt" if t.final_weights == "last" else "best.pt"
 
@@ -395,7 +551,7 @@ class Trainer:
                 s.stage_best_val = val
             s.epoch = epoch
             if nonmonotone_trigger(s.val_history, val, o.nonmono):
-                print(f"[finetune epoch {epoch:3d}] done: validation stopped improving", flush=True)
+                self.print(f"[finetune epoch {epoch:3d}] done: validation stopped improving")
                 s.stage = "finetuned"
             s.val_history.append(val)
             if epoch >= t.finetune_epochs:
@@ -404,13 +560,16 @@ class Trainer:
         s.stage = "finetuned"
 
     def final_metrics(self, weights: str) -> dict:
+        """Valid/test PPL (on every rank: reduced over the ranks), the embedding's geometry and the
+        task's extras (rank 0 only: group PPL/Uniq, BLEU, word similarity) of the weights ``weights``."""
         self.load_weights(weights)
         val, test = self.evaluate("valid"), self.evaluate("test")
         metrics = {"valid_ppl": val["ppl"], "test_ppl": test["ppl"], "valid_nll": val["nll"], "test_nll": test["nll"],
                    "weights": weights}
         metrics.update(embedding_metrics(self.model.output_embedding, spectrum=True))
-        with self.autocast():
-            metrics.update(self.task.final_extras(self.model, self.run_dir, Path(weights).stem))
+        if self.is_main:
+            with self.autocast():
+                metrics.update(self.task.final_extras(self.model, self.run_dir, Path(weights).stem))
         return metrics
 
     def cache_metrics(self) -> dict:
@@ -424,7 +583,7 @@ class Trainer:
         return out
 
     def fit(self) -> dict:
-        """Train (or continue) to the end; return the metrics of each stage."""
+        """Train (or continue) to the end; return the metrics of each stage (rank 0's, on every rank)."""
         if self.state.stage == "train":
             self._train_stage()
         stages = {}
@@ -438,5 +597,6 @@ class Trainer:
             last = "best_finetune.pt"
         if self.t.cache.enabled:
             self.load_weights(last)
-            stages["cache"] = self.cache_metrics()
-        return stages
+            if self.is_main:
+                stages["cache"] = self.cache_metrics()
+        return dist.broadcast_object(stages)
