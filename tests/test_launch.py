@@ -252,3 +252,17 @@ def test_every_table_completes_at_smoke(tiny_data, tmp_path):
     for name in names:
         md = (tmp_path / "tables" / name / "smoke" / "table.md").read_text()
         assert "(failed)" not in md and "(not run)" not in md
+
+
+def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
+    """`torchrun ... experiment=yu2022/gpt2_medium_agg` trains the run the Yu tables' AGG rows name
+    (one config hash), as one 8-GPU cell at paper scale and one GPU at lite."""
+    from reproduce.config import config_hash, finalize
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        alias = finalize(compose("config", overrides=["experiment=yu2022/gpt2_medium_agg"]))
+        cell = next(c for c in expand_cells(compose_app("yu2022_t3", tmp_path, tmp_path, "scale=paper"))
+                    if c.cfg.objective.name == "agg")
+        lite = finalize(compose("config", overrides=["experiment=yu2022/gpt2_medium_agg", "scale=lite"]))
+    assert config_hash(alias) == cell.config_hash
+    assert alias.objective.alpha == 0.03 and alias.trainer.gpus == 8 and lite.trainer.gpus == 1
