@@ -352,7 +352,7 @@ class CellJobFunction:
         code = run_cell(Path(self.cfg_path))
         if code not in (EXIT_COMPLETE, EXIT_PREEMPTED):
             raise RuntimeError(f"cell {self.cfg_path} ended with exit status {code} ({EXIT_NAMES.get(code, 'failed')}); "
-                               f"see its train.log next to it")
+                               f"see this job's log")
         return code
 
 
