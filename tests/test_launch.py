@@ -228,12 +228,11 @@ def test_a_run_is_locked_while_it_trains(tmp_path):
         pass
 
 
-@pytest.mark.slow
 def test_every_table_completes_at_smoke(tiny_data, tmp_path):
     """`make reproduce-table TABLE=all SCALE=smoke`, on the tiny generated corpora (BPE of 60 pieces,
     3 updates per cell), through the command line and the process-per-cell scheduler: every cell of
-    every table completes and every table renders. (~5-10 min on 2 cores: marked slow; the same
-    command on the real corpora is in results/tables/*/smoke.)"""
+    every table completes and every table renders. (About 5 min on 2 cores, the longest test; the
+    same command on the real corpora is in results/tables/*/smoke.)"""
     import shutil
 
     from tests.test_transformer_train import sentences, to_german, write_multi30k
