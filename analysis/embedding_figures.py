@@ -8,14 +8,14 @@
 * :func:`plot_metric_over_training`: a metric per evaluation during training, e.g. I(W) of the rare /
   frequent groups or the rare-frequent cosine (Yu Fig. 2).
 * :func:`plot_rare_group_size`: size of AGG's dynamic rare group against training step (Yu Fig. 4).
-* :func:`plot_alpha_sensitivity`: metrics against AGG's alpha, mean +- std over seeds (Yu Fig. 5).
+* Yu Fig. 5 (metrics against AGG's alpha, mean +- std over seeds) is a sweep's plot:
+  ``make sweep-alpha`` then ``reproduce.aggregate`` (``analysis/sweep_figures.py``).
 
 Every function writes ``path`` (parent folders created) and returns it as a ``Path``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -200,48 +200,4 @@ def plot_rare_group_size(steps: Sequence[float], sizes: Sequence[float], path,
     ax.set_ylabel("rare group size (tokens)")
     ax.grid(True, alpha=0.3)
     ax.set_title(title, fontsize=10)
-    return _save(fig, path)
-
-
-def alpha_summary(rows: Sequence[Mapping], metric: str, x_key: str = "alpha") -> tuple[np.ndarray, ...]:
-    """(alphas, mean, std, n) of ``metric`` over the rows (one per run, e.g. per seed) of each alpha; std is
-    the sample standard deviation (ddof=1; 0 for a single run). Rows without the metric are skipped."""
-    by_alpha: dict[float, list[float]] = {}
-    for row in rows:
-        y = _lookup(row, metric)
-        if y is None or (isinstance(y, float) and math.isnan(y)):
-            continue
-        by_alpha.setdefault(float(row[x_key]), []).append(float(y))
-    alphas = np.array(sorted(by_alpha))
-    vals = [np.array(by_alpha[a]) for a in alphas]
-    mean = np.array([v.mean() for v in vals])
-    std = np.array([v.std(ddof=1) if v.size > 1 else 0.0 for v in vals])
-    n = np.array([v.size for v in vals])
-    return alphas, mean, std, n
-
-
-def plot_alpha_sensitivity(rows: Sequence[Mapping], path, metrics: Sequence[str] = ("ppl", "uniq", "isotropy"),
-                           title: str = "AGG sensitivity to alpha", x_key: str = "alpha",
-                           series_key: str | None = None) -> Path:
-    """Each metric against alpha, mean +- std over the runs (seeds) of each alpha, one panel per metric
-    (Yu et al. 2022 Fig. 5: (a) perplexity, (b) Uniq, (c) I(W)).
-
-    ``rows``: one dict per run, e.g. ``{"alpha": 0.03, "seed": 1, "ppl": ..., "uniq": ..., "isotropy": ...}``
-    (metric names may be dotted paths into nested dicts). ``series_key``: split the rows into one curve
-    per value of that field (e.g. a method or group name)."""
-    series: dict[str, list[Mapping]] = {}
-    for row in rows:
-        series.setdefault(str(row[series_key]) if series_key else "", []).append(row)
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.8), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
-        for c, (label, part) in enumerate(series.items()):
-            a, m, s, _ = alpha_summary(part, metric, x_key)
-            if a.size:
-                ax.errorbar(a, m, yerr=s, marker="o", ms=4, capsize=3, color=f"C{c % 10}", label=label or None, lw=1.4)
-        ax.set_xlabel(x_key)
-        ax.set_ylabel(metric)
-        ax.grid(True, alpha=0.3)
-        if series_key:
-            ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
     return _save(fig, path)
