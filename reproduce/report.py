@@ -64,6 +64,8 @@ class TableInfo:
     title: str
     source: str
     experiments: set[str] = field(default_factory=set)
+    # (text, scales it is meaningful at or None) of each claim in the table config
+    claims: list[tuple[str, list[str] | None]] = field(default_factory=list)
 
     @property
     def paper_key(self) -> str:  # "yu2022_t3" -> "yu2022"
@@ -83,13 +85,30 @@ def paper_order(key: str) -> tuple:
     return (int(m.group(2)), m.group(1)) if m else (9999, key)
 
 
+def claim_scales(table, claim) -> list[str] | None:
+    """The scales at which a claim can be decided: its own ``scales`` and those where every row it
+    compares runs (None: every scale)."""
+    from reproduce.claims import resolve_row
+
+    allowed = set(claim.scales) if claim.get("scales") else set(SCALES)
+    for check in claim.checks:
+        for ref in (check.get("row"), check.get("than")):
+            if ref is None:
+                continue
+            row = table.rows[resolve_row(table, ref, "a claim")]
+            if row.get("scales"):
+                allowed &= set(row.scales)
+    return None if allowed == set(SCALES) else [s for s in SCALES if s in allowed]
+
+
 def load_tables(conf_dir: Path = CONF_DIR) -> list[TableInfo]:
     """Name, title, source and row experiments of every ``conf/table/*.yaml`` (read as YAML, not composed)."""
     infos = []
     for path in sorted((Path(conf_dir) / "table").glob("*.yaml"), key=lambda p: _natural(p.stem)):
         raw = OmegaConf.load(path)
+        claims = [(str(c.text), claim_scales(raw, c)) for c in raw.get("claims", []) or []]
         infos.append(TableInfo(str(raw.get("name", path.stem)), str(raw.title), str(raw.source),
-                               {str(r.experiment) for r in raw.get("rows", []) if r.get("experiment")}))
+                               {str(r.experiment) for r in raw.get("rows", []) if r.get("experiment")}, claims))
     return infos
 
 
@@ -253,9 +272,12 @@ def _rel(path: Path, results_dir: Path) -> str:
 def _svd_labels(out: Path) -> list[str]:
     """The labels of svd_<k>.png: the k-th complete cell of cells.json (once per run), as render() numbers them."""
     try:
-        cells = json.loads((out / "cells.json").read_text())["cells"]
+        data = json.loads((out / "cells.json").read_text())
+        cells = data["cells"]
     except (OSError, json.JSONDecodeError, KeyError):
         return []
+    if data.get("figures"):  # {svd_<k>: label}, written by reproduce.table
+        return [data["figures"].get(f"svd_{k}", f"svd_{k}") for k in range(1, len(data["figures"]) + 1)]
     seen, labels = set(), []
     for c in cells:
         if c.get("status") == STATUS_COMPLETE and c["config_hash"] not in seen:
@@ -355,6 +377,69 @@ def orphan_tables(results_dir: Path, tables: list[TableInfo]) -> list[TableInfo]
     return out
 
 
+CLAIM_SCALES = ("lite", "smoke", "paper")
+
+
+def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | None:
+    """{claim text: its record} of a rendered table's claims.json, or None when not rendered at that scale."""
+    try:
+        data = json.loads((results_dir / "tables" / table / scale / "claims.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return {c["text"]: c for c in data.get("claims", [])}
+
+
+def _ours_summary(claim: dict) -> str:
+    return "; ".join(c["ours"] for c in claim.get("checks", []) if c.get("ours") and c["ours"] != "–") or "–"
+
+
+def claims_status(page: Page, results_dir: Path, tables: list[TableInfo]) -> None:
+    """The status of every claim: table x claim x scale x verdict, with the headline count at lite."""
+    rows, counts = [], {s: {"holds": 0, "fails": 0, "undecided": 0, "paper_only": 0} for s in CLAIM_SCALES}
+    total = 0
+    for t in tables:
+        rendered = {s: _verdicts(results_dir, t.name, s) for s in CLAIM_SCALES}
+        for text, scales in t.claims:
+            total += 1
+            marks = []
+            for s in CLAIM_SCALES:
+                v = (rendered[s] or {}).get(text)
+                if scales is not None and s not in scales:
+                    counts[s]["paper_only"] += 1
+                    marks.append("n/a")
+                    continue
+                state = v["state"] if v else "undecided"
+                counts[s][state] += 1
+                mark = v["mark"] if v else "–"
+                marks.append(f"[{mark}](#{{{t.name}/{s}}})" if rendered[s] is not None else mark)
+            lite = (rendered["lite"] or {}).get(text)
+            paper_vals = "; ".join(c["paper"] for c in lite["checks"]) if lite else ""
+            rows.append(f"| [{t.name}](#{{{t.name}}}) | {text} | " + " | ".join(marks)
+                        + f" | {paper_vals or '–'} | {_ours_summary(lite) if lite else '–'} |")
+    if not total:
+        return
+    page.heading(2, "Claims")
+    c = counts["lite"]
+    meaningful = total - c["paper_only"]
+    page.para(f"**{c['holds']} of {meaningful} claims shown at `lite`** ({c['fails']} not shown, {c['undecided']} not yet "
+              f"decided; {c['paper_only']} more cannot be decided at `lite`: they compare with other work's numbers or need rows "
+              f"`lite` does not run). At `smoke`: {counts['smoke']['holds']} "
+              f"✓, {counts['smoke']['fails']} ✗ — not meaningful (plumbing-sized runs). At `paper`: "
+              f"{counts['paper']['holds']} ✓, {counts['paper']['fails']} ✗ of {total - counts['paper']['paper_only']}.")
+    page.para("Each claim is a paper's finding as a check over its table's own rows (`conf/table/<table>.yaml`, "
+              "`claims:`). ✓ holds, ✗ does not, – not decided (a cell it needs is not run or not complete at that "
+              "scale), n/a: meaningful at another scale only (it compares with another paper's number, or needs rows "
+              "that scale does not run, e.g. the 650- and 1500-unit nets at lite). A check holds only when it holds "
+              "for every seed, paired "
+              "by seed. Scales: `smoke` = plumbing for CI, `lite` = the claims on a 2-core CPU (real corpora, small "
+              "budgets), `paper` = the papers' settings on GPUs. Paper and ours (lite) are the compared cells' values, "
+              "baseline → row; ours is mean±sd over the seeds.")
+    page.add("| Table | Claim | lite | smoke | paper | Paper | Ours (lite) |", "|---|---|---|---|---|---|---|", *rows, "")
+    notes = results_dir / "NOTES.md"
+    if notes.is_file():
+        page.para("Why a claim does not show: see [Notes](NOTES.md).")
+
+
 def build_readme(results_dir: Path, tables: list[TableInfo], run_notes: list[str], generated: str) -> str:
     results_dir = Path(results_dir)
     tables = tables + orphan_tables(results_dir, tables)
@@ -369,6 +454,9 @@ def build_readme(results_dir: Path, tables: list[TableInfo], run_notes: list[str
 
     def scales_of(t: TableInfo) -> list[str]:
         return [s for s in SCALES if (results_dir / "tables" / t.name / s / "table.md").is_file()]
+
+    # ---- the claims, first ----------------------------------------------------------------------
+    claims_status(page, results_dir, [t for key in papers for t in by_paper[key]])
 
     # ---- summary ------------------------------------------------------------------------------
     page.heading(2, "Summary")

@@ -23,8 +23,10 @@ the embedding figures).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import signal
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,7 +40,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from analysis.figures import plot_validation_curves
 from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
-from reproduce.config import PathsConfig, ScaleConfig, config_hash, finalize, register_all
+from reproduce.claims import Claim, validate_claims
+from reproduce.config import CONF_DIR, PathsConfig, ScaleConfig, config_hash, finalize, register_all
 from reproduce.errors import ConfigError, UserError, exit_on_user_error
 from reproduce.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
 from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json
@@ -66,6 +69,11 @@ class TableRow:
     # extra overrides at one scale only, e.g. {lite: [dataset=multi30k_en_de]}: the lite/smoke cells
     # of the WMT14 tables train on Multi30k
     scale_overrides: dict[str, list[str]] = field(default_factory=dict)
+    # the scales this row runs at (None: every scale); at the others it shows the paper's numbers only
+    # ("paper only at lite"): a lite table runs the rows its claims need
+    scales: list[str] | None = None
+    # the row this one is compared with at smoke/lite (None: the table's baseline)
+    baseline: str | None = None
 
 
 @dataclass
@@ -76,6 +84,14 @@ class TableConfig:
     columns: list[str] = field(default_factory=lambda: ["valid_ppl", "test_ppl"])
     rows: list[TableRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the paper's findings as checks over the rows (reproduce/claims.py)
+    claims: list[Claim] = field(default_factory=list)
+    # the row the others are compared with at smoke/lite (a label is looked up in each row's group first)
+    baseline: str | None = None
+    # seeds per scale, fixed before any run ({lite: [1, 2, 3]}); a scale not listed runs the preset's seed
+    seeds: dict[str, list[int]] = field(default_factory=dict)
+    # what differs from the paper at a scale, beyond what the cells' configs say (shown in the header)
+    differences: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,6 +126,21 @@ class Cell:
     label: str
     cfg: DictConfig
     config_hash: str
+    # the seed this cell runs (None: the preset's)
+    seed: int | None = None
+
+
+def scale_names() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "scale").glob("*.yaml"))
+
+
+def seeds_at(table, scale: str) -> list[int | None]:
+    """The seeds a table runs at a scale: its ``seeds.<scale>``, else the preset's own (None)."""
+    return list((table.get("seeds") or {}).get(scale) or [None])
+
+
+def runs_at(row, scale: str) -> bool:
+    return row.experiment is not None and (row.get("scales") is None or scale in row.scales)
 
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
@@ -126,28 +157,31 @@ def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
 def expand_cells(app: DictConfig) -> list[Cell]:
     paths = [f"paths.{k}={v}" for k, v in OmegaConf.to_container(app.paths, resolve=True).items()]
     extra = list(app.overrides)
+    validate_claims(app.table, scale_names())
     cells: dict[str, Cell] = {}
     for i, row in enumerate(app.table.rows):
-        if row.experiment is None:
+        if not runs_at(row, app.scale.name):
             continue
         at_scale = list(row.scale_overrides.get(app.scale.name, []))
         # a table's cells share a wandb group (logger.* is not in the config hash); a logger.group given
         # on the command line (in extra) wins
         group = f"logger.group={app.table.name}/{app.scale.name}"
-        overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, group, *extra, *paths]
-        try:
-            cfg = finalize(compose_cell(row.experiment, overrides))
-        except UserError:
-            raise
-        except Exception as err:  # a composition error names the bad row, not just the key
-            where = f"{row.experiment} {' '.join(row.overrides + at_scale)}"
-            raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {err}") from None
-        h = config_hash(cfg)
-        if h in cells:
-            cells[h].rows.append(i)
-        else:
-            label = f"{row.experiment} {' '.join(row.overrides + at_scale)}".strip()
-            cells[h] = Cell([i], label, cfg, h)
+        for seed in seeds_at(app.table, app.scale.name):
+            with_seed = [] if seed is None else [f"seed={seed}"]
+            overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, *with_seed, group, *extra, *paths]
+            try:
+                cfg = finalize(compose_cell(row.experiment, overrides))
+            except UserError:
+                raise
+            except Exception as err:  # a composition error names the bad row, not just the key
+                where = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}"
+                raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {err}") from None
+            h = config_hash(cfg)
+            if h in cells:
+                cells[h].rows.append(i)
+            else:
+                label = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}".strip()
+                cells[h] = Cell([i], label, cfg, h, seed)
     return list(cells.values())
 
 
@@ -179,34 +213,86 @@ def run_label_of(rows, indices: list[int]) -> str:
     return common or labels[0]
 
 
+def _cell_values(record: dict, stage: str) -> dict[str, float | None]:
+    """A complete cell's numbers at a row's stage: every metric the stage recorded, and ``params``."""
+    values = {k: v for k, v in record["metrics"].get(stage, {}).items() if isinstance(v, (int, float))}
+    values["params"] = record["parameters"]["total"] / 1e6
+    return values
+
+
+def _row_status(statuses: list[str]) -> str:
+    if all(s == STATUS_COMPLETE for s in statuses):
+        return STATUS_COMPLETE
+    for worst in ("failed", "running", "interrupted", "preempted", "missing"):
+        if worst in statuses:
+            return worst
+    return next(s for s in statuses if s != STATUS_COMPLETE)
+
+
 def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
                  run_status: dict[str, str] | None = None) -> tuple[list[RenderedRow], list[dict]]:
-    """One rendered row per table row, and the ledger records of the complete cells (once each)."""
-    by_row = {i: c for c in cells for i in c.rows}
+    """One rendered row per table row (the mean over its seeds, with their sd and per-seed values in
+    ``extra["seeds"]``), and the ledger records of the complete cells (once each)."""
+    by_row: dict[int, list[Cell]] = {}
+    for c in cells:
+        for i in c.rows:
+            by_row.setdefault(i, []).append(c)
     rows, records, seen = [], [], set()
+    scale = app.scale.name
     for i, row in enumerate(app.table.rows):
         paper = {k: (float(v) if v is not None else None) for k, v in (row.paper or {}).items()}
-        cell = by_row.get(i)
-        if cell is None:
-            rows.append(RenderedRow(row.label, row.group, paper, {}, "paper-only", row.note))
+        row_cells = by_row.get(i)
+        if not row_cells:
+            status = "paper-only" if row.experiment is None else "not-at-scale"
+            rows.append(RenderedRow(row.label, row.group, paper, {}, status, row.note, extra={"scale": scale}))
             continue
-        record = ledger.load(cell.config_hash)
+        per_seed: dict = {}
+        statuses = []
+        for cell in row_cells:
+            record = ledger.load(cell.config_hash)
+            status = "missing" if record is None else record.get("status", "missing")
+            if record is None and (run_status or {}).get(cell.config_hash) == "failed":
+                status = "failed"
+            statuses.append(status)
+            per_seed[cell.seed] = None
+            if record is not None and status == STATUS_COMPLETE:
+                per_seed[cell.seed] = _cell_values(record, row.stage)
+                if cell.config_hash not in seen:
+                    seen.add(cell.config_hash)
+                    label = run_label_of(app.table.rows, cell.rows)
+                    records.append(dict(record, _row_label=label, _row_group=row.group, _seed=cell.seed,
+                                        _first_seed=cell.seed == row_cells[0].seed))
+        done = [v for v in per_seed.values() if v is not None]
         ours: dict[str, float | None] = {}
-        status = "missing" if record is None else record.get("status", "missing")
-        if record is None and (run_status or {}).get(cell.config_hash) == "failed":
-            status = "failed"
-        if record is not None and status == STATUS_COMPLETE:
-            stage = record["metrics"].get(row.stage, {})
-            for col in app.table.columns:
-                if col == "params":
-                    ours[col] = record["parameters"]["total"] / 1e6
-                else:
-                    ours[col] = stage.get(col)
-            if cell.config_hash not in seen:
-                seen.add(cell.config_hash)
-                records.append(dict(record, _row_label=run_label_of(app.table.rows, cell.rows), _row_group=row.group))
-        rows.append(RenderedRow(row.label, row.group, paper, ours, status, row.note, cell.config_hash))
+        sd: dict[str, float | None] = {}
+        for col in app.table.columns:
+            vals = [v[col] for v in done if v.get(col) is not None and math.isfinite(v[col])]
+            ours[col] = statistics.fmean(vals) if vals else None
+            sd[col] = statistics.stdev(vals) if len(vals) > 1 else None
+        hashes = "+".join(c.config_hash for c in row_cells)
+        rows.append(RenderedRow(row.label, row.group, paper, ours, _row_status(statuses), row.note, hashes,
+                                extra={"seeds": per_seed, "sd": sd, "n_seeds": len(row_cells), "n_done": len(done),
+                                       "scale": scale}))
     return rows, records
+
+
+def attach_baselines(table, rows: list[RenderedRow]) -> None:
+    """Each run row's baseline row (``extra["baseline"]``: its index), for the smoke/lite view."""
+    from reproduce.claims import resolve_row
+
+    for i, row in enumerate(table.rows):
+        ref = row.get("baseline") or table.get("baseline")
+        if ref and row.experiment:
+            j = resolve_row(table, ref, f"the baseline of row {row.label!r}", row.get("group"))
+            if j != i:
+                rows[i].extra["baseline"] = j
+
+
+def claim_inputs(table, rows: list[RenderedRow]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """(ours, paper) for reproduce.claims.evaluate_claims: ours[row][seed] = metrics or None."""
+    ours = {i: r.extra.get("seeds", {}) for i, r in enumerate(rows)}
+    paper = {i: r.paper for i, r in enumerate(rows)}
+    return ours, paper
 
 
 def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, title: str) -> list[str]:
@@ -258,45 +344,109 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
     return written
 
 
+def paper_short(source: str) -> str:
+    """"Inan, Khosravi & Socher (2017), Tying word vectors ..., Table 1" -> "Inan, Khosravi & Socher (2017), Table 1"."""
+    import re
+
+    m = re.match(r"^(.*?\(\d{4}\))", source)
+    table = re.search(r"(Table\s+\S+)\s*$", source)
+    return ", ".join(x for x in (m.group(1) if m else source, table.group(1) if table else "") if x)
+
+
+def scale_differences(records: list[dict]) -> str:
+    """What the cells of a table ran, in a line per distinct setting (corpus, vocabulary, model, budget),
+    read from their records: the header of a smoke/lite table says how it differs from the paper."""
+    described = []
+    for r in records:
+        cfg, corpus = r.get("config", {}), r.get("corpus", {}) or {}
+        d, m, t = cfg.get("dataset", {}), cfg.get("model", {}), cfg.get("trainer", {})
+        parts = [str(d.get("name", "?"))]
+        used, total = (corpus.get("used_tokens") or {}).get("train"), (corpus.get("tokens") or {}).get("train")
+        if used and total and used < total:
+            parts.append(f"the first {used:,} of {total:,} training tokens")
+        elif d.get("train_pairs"):
+            parts.append(f"the first {d['train_pairs']:,} training pairs")
+        if corpus.get("vocab_size"):
+            parts.append(f"vocabulary {corpus['vocab_size']:,}")
+        width = next((f"{k} {m[k]}" for k in ("hidden_size", "d_model", "embedding_size") if m.get(k)), "")
+        parts.append(f"model {m.get('name', '?')}" + (f" ({width}, {r['parameters']['total'] / 1e6:.1f}M parameters)"
+                                                     if width else ""))
+        budget = f"{t.get('max_epochs')} epochs" + (f", at most {t['max_updates']:,} updates" if t.get("max_updates") else "")
+        parts.append(budget)
+        text = ", ".join(parts)
+        if text not in described:
+            described.append(text)
+    return "; ".join(described)
+
+
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Path:
+    from reproduce.claims import claims_csv, claims_latex, claims_markdown, evaluate_claims, summary_line, verdict_record
+
     t = app.table
+    scale = app.scale.name
     hw = sorted({hardware_summary(r["hardware"]) for r in records}) or ["n/a"]
     commits = {r["git"]["commit"] for r in records}
     if not commits or commits == {git_commit()["commit"]}:
         git = git_commit()
     else:  # cells run at different commits: name them all
         git = {"commit": "+".join(sorted(c[:10] for c in commits))}
+    seeds = seeds_at(t, scale)
+    relative = scale != "paper"
     meta = {
         "source": t.source,
-        "scale": app.scale.name,
-        "scale_note": SCALE_NOTES.get(app.scale.name, ""),
+        "scale": scale,
+        "scale_note": SCALE_NOTES.get(scale, ""),
         "git": git,
         "hardware": "; ".join(hw),
         "wall_time": _fmt_seconds(sum(r.get("wall_time_s", 0.0) for r in records)),
         "generated": dt.datetime.now().isoformat(timespec="seconds"),
+        "seeds": [s for s in seeds if s is not None],
     }
-    out = Path(app.paths.tables_dir) / t.name / app.scale.name
+    if relative:
+        ran = scale_differences(records)
+        meta["differences"] = " ".join(x for x in (f"Ours ran: {ran}." if ran else "", t.differences.get(scale, "")) if x)
+    out = Path(app.paths.tables_dir) / t.name / scale
     columns = list(t.columns)
     notes = list(t.notes)
     signatures = sorted({r["metrics"].get("final", {}).get("bleu_signature") for r in records} - {None})
     if signatures:
         meta["bleu_signature"] = signatures
         notes.append("SacreBLEU signature: " + "; ".join(f"`{sig}`" for sig in signatures))
-    markdown = to_markdown(t.title, columns, rows, meta, notes)
+    attach_baselines(t, rows)
+    ours, paper = claim_inputs(t, rows)
+    verdicts = evaluate_claims(t, ours, seeds, paper, scale)
+    claims_md = claims_markdown(verdicts, paper_short(t.source), scale, seeds)
+    markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md)
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
-    atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta).encode()))
-    plot_validation_curves([(r["_row_label"], r["_row_group"], r["history"]) for r in records],
-                           out / "curves.png", f"{t.title} — scale {app.scale.name}")
-    figures = render_embedding_figures(records, Path(app.paths.runs_dir), out, f"{t.name} ({app.scale.name})")
+    atomic_write_bytes(out / "claims.csv", lambda f: f.write(claims_csv(verdicts, scale).encode()))
+    atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta, relative=relative,
+                                                                      claims=claims_latex(verdicts, scale)).encode()))
+    multi = len(seeds) > 1
+    plot_validation_curves([(r["_row_label"] + (f" (seed {r['_seed']})" if multi else ""), r["_row_group"], r["history"])
+                            for r in records], out / "curves.png", f"{t.title} — scale {scale}")
+    first = [r for r in records if r.get("_first_seed", True)]
+    figures = render_embedding_figures(first, Path(app.paths.runs_dir), out,
+                                       f"{t.name} ({scale}" + (f", seed {first[0]['_seed']}" if multi and first else "") + ")")
+    svd_labels = {f"svd_{k}": r["_row_label"] for k, r in enumerate(first, 1) if f"svd_{k}.png" in figures}
+    cells_out = []
+    for r in rows:
+        for seed, h in zip(r.extra.get("seeds", {}), (r.config_hash or "").split("+")):
+            if h:
+                cells_out.append({"label": r.label, "seed": seed, "status": r.status if r.extra["seeds"][seed] is None
+                                  else STATUS_COMPLETE, "config_hash": h, "run_dir": str(Path(app.paths.runs_dir) / h)})
+        if not r.config_hash:
+            cells_out.append({"label": r.label, "status": r.status, "config_hash": None, "run_dir": None})
     atomic_write_json(out / "cells.json", {
-        "table": t.name, "scale": app.scale.name, "command": command_line(_ORIGINAL_ARGV or None),
-        "meta": meta,
-        "cells": [{"label": r.label, "status": r.status, "config_hash": r.config_hash,
-                   "run_dir": str(Path(app.paths.runs_dir) / r.config_hash) if r.config_hash else None} for r in rows],
+        "table": t.name, "scale": scale, "command": command_line(_ORIGINAL_ARGV or None),
+        "meta": meta, "cells": cells_out, "figures": svd_labels,
     })
+    atomic_write_json(out / "claims.json", {"table": t.name, "title": t.title, "scale": scale,
+                                            "seeds": meta["seeds"], "claims": [verdict_record(v) for v in verdicts]})
     print(markdown)
-    print(f"repdegen: wrote {out}/table.{{md,csv,tex}}, curves.png" + "".join(f", {f}" for f in figures))
+    print(f"repdegen: wrote {out}/table.{{md,csv,tex}}, claims.{{json,csv}}, curves.png" + "".join(f", {f}" for f in figures))
+    if verdicts:
+        print(summary_line(verdicts, t.name, scale))
     return out
 
 
@@ -333,7 +483,7 @@ def run_tables(apps: list[DictConfig]) -> int:
 
             log_table(app.table.name, app.scale.name, rows, list(app.table.columns), out,
                       logger_cfg=OmegaConf.to_container(cells[0].cfg.logger), wandb_dir=app.paths.output_dir)
-        unfinished = {r.config_hash for r in rows if r.status not in (STATUS_COMPLETE, "paper-only")}
+        unfinished = {c.config_hash for c in cells if not ledger.is_complete(c.config_hash)}
         not_done |= unfinished
         print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len(unfinished)}"
               f"/{len(cells)} cells complete ({time.time() - start:.0f}s)")

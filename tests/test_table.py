@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,18 @@ def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
         assert ours[0]["test_ppl_ours"] != ours[2]["test_ppl_ours"]
         assert "\\begin{tabular}" in (out / "table.tex").read_text()
         assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        # the claims section: shown, marked not meaningful at smoke, decided on the cells' own numbers
+        assert "### Claims (Gao et al. (2019), Table 1) — **not meaningful at smoke**" in md
+        assert "Claims (scale: smoke) --- not meaningful at smoke" in (out / "table.tex").read_text()
+        claims = json.loads((out / "claims.json").read_text())["claims"]
+        assert len(claims) == len(app.table.claims) >= 1 and all(c["state"] in ("holds", "fails") for c in claims)
+        by_label = {r["label"]: r for r in rows}
+        first = claims[0]["checks"][0]  # CosReg lowers test PPL (w.o. finetune), as the table's own cells say
+        mle, cos = (float(by_label[k]["test_ppl_ours"]) for k in (first["than"], first["row"]))
+        assert first["ours_than"] == [pytest.approx(mle)] and first["ours_row"] == [pytest.approx(cos)]
+        assert claims[0]["state"] == ("holds" if cos < mle else "fails")
+        claim_rows = list(csv.DictReader(io.StringIO((out / "claims.csv").read_text())))
+        assert {r["claim"] for r in claim_rows} == {c["text"] for c in claims}
         capsys.readouterr()
         assert run_table(app) == 0  # again: nothing to run
         assert "2 cells, 2 already complete, 0 to run" in capsys.readouterr().out
@@ -122,6 +135,31 @@ def test_render_formats_deltas_and_groups():
     assert float(parsed[0]["test_ppl_delta"]) == pytest.approx(2.25)
     tex = to_latex("T", ["test_ppl"], rows, meta)
     assert "A & 80.00 & 82.25 & +2.25" in tex and "C & 70.00 & -- &" in tex
+
+
+def test_render_at_lite_shows_the_change_against_the_baseline_and_seeds():
+    base = RenderedRow("MLE", None, {"test_ppl": 87.3}, {"test_ppl": 141.2}, "complete", config_hash="h1+h2",
+                       extra={"sd": {"test_ppl": 0.6}, "n_seeds": 2, "n_done": 2})
+    new = RenderedRow("REAL", None, {"test_ppl": 82.7}, {"test_ppl": 133.9}, "complete", config_hash="h3+h4",
+                      extra={"sd": {"test_ppl": 0.4}, "n_seeds": 2, "n_done": 2, "baseline": 0})
+    half = RenderedRow("AL", None, {"test_ppl": 82.9}, {"test_ppl": 140.0}, "missing", extra={"n_seeds": 2, "n_done": 1,
+                                                                                              "baseline": 0})
+    skipped = RenderedRow("RE", None, {"test_ppl": 85.1}, {}, "not-at-scale", extra={"scale": "lite", "baseline": 0})
+    rows = [base, new, half, skipped]
+    meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m",
+            "generated": "now", "seeds": [1, 2], "differences": "Ours ran: ptb, vocabulary 10,000."}
+    md = to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
+    # REAL - MLE: paper 82.7 - 87.3 = -4.6, ours 133.9 - 141.2 = -7.3
+    assert "| REAL | 82.70 | 133.9±0.40 | −4.60 | −7.30 |" in md
+    assert "| MLE | 87.30 | 141.2±0.60 |  |  |" in md
+    assert "| AL (not run) (1/2 seeds) |" in md and "| RE (paper only at lite) | 85.10 | – | −2.20 |  |" in md
+    assert "Δ vs base (paper) | Δ vs base (ours)" in md and "Seeds: 1, 2 (ours = mean±sd)" in md
+    assert "Not the paper's setting: Ours ran: ptb, vocabulary 10,000." in md
+    parsed = list(csv.DictReader(io.StringIO(to_csv(["test_ppl"], rows))))
+    assert float(parsed[1]["test_ppl_vs_base_ours"]) == pytest.approx(-7.3)
+    assert float(parsed[1]["test_ppl_vs_base_paper"]) == pytest.approx(-4.6)
+    assert float(parsed[1]["test_ppl_sd"]) == pytest.approx(0.4)
+    assert "REAL & 82.70 & 133.9$\\pm$0.40 & -4.60 & -7.30" in to_latex("T", ["test_ppl"], rows, meta, relative=True)
 
 
 def test_table_cli_renders(tmp_path, tiny_data):
