@@ -49,7 +49,7 @@ from reproduce.provenance import command_line, git_commit, hardware_summary
 
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
-    "lite": "about one GPU-hour per table; fewer epochs than the paper",
+    "lite": "the claims on a 2-core CPU in <= 60 min a table: the rows the claims need, small budgets, fixed seeds",
     "smoke": "minutes on a CPU: widths x0.1, 1 epoch on 30k tokens (3k sentence pairs), 5k evaluation tokens (100 pairs); "
              "checks plumbing, not numbers",
 }
