@@ -31,8 +31,10 @@ and to about 0.15 at k = 512 (exp(-0.08 sqrt(k)), i.e. exponential with gamma = 
 far slower than the MLE spectra plotted by Gao et al. (2019) and Wang et al. (2020).
 
 Cost: one SVD of the V x d matrix, O(V d^2) time and O(V d) memory, for the value and again for its
-gradient, every ``every`` optimizer updates (on other updates reg_loss is 0; the penalty is not rescaled
-by ``every``). For V = 44k, d = 1024 that is ~5e10 flops per computation.
+gradient, every ``every`` optimizer updates. On other updates reg_loss is 0; on the updates that compute it
+the penalty is multiplied by ``every`` ("lazy regularization", as StyleGAN2's lazy R1), so its gradient
+averaged over updates equals that of the every-update penalty and ``lambda_prior`` keeps its meaning at any
+period. For V = 44k, d = 1024 that is ~5e10 flops per computation.
 """
 
 from __future__ import annotations
@@ -127,4 +129,5 @@ class SpectrumControl(Objective):
         weight = model.output_embedding
         penalty = spectrum_penalty(weight, self.prior(min(weight.shape), weight.device), cfg.normalize)
         logs = {"sc_penalty": penalty.detach()}
-        return ObjectiveOutput(token_loss=loss, reg_loss=cfg.lambda_prior * penalty, nll=nll, logs=logs)
+        # lazy regularization: x every on the updates that compute it, so the mean pull is lambda's
+        return ObjectiveOutput(token_loss=loss, reg_loss=cfg.every * cfg.lambda_prior * penalty, nll=nll, logs=logs)
