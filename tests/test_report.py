@@ -89,6 +89,23 @@ def test_report_regenerates_tables_from_the_ledger(tiny_results):
                          if line.startswith("| VD-LSTM+REAL |"))
     assert "VD-LSTM on PTB with AL, RE and REAL" in text and committed_row in text  # committed, kept verbatim
 
+    # the page opens with the claims' status: one line per claim of every table config, the re-rendered
+    # table's smoke verdicts as its claims.json says, linked to the table; lite not rendered -> "–"
+    assert text.index("\n## Claims\n") < text.index("\n## Summary\n")
+    assert re.search(r"\*\*0 of \d+ claims shown at `lite`\*\*", text)
+    verdicts = json.loads((results / "tables" / "inan2016_t1" / "smoke" / "claims.json").read_text())["claims"]
+    # only the baseline cell ran here: every claim needs another row, so none is decided
+    assert len(verdicts) == 4 and all(v["state"] == "undecided" and v["mark"] == "–" for v in verdicts)
+    status = text.split("\n## Claims\n")[1].split("\n## ")[0]
+    for v in verdicts:
+        line = next(ln for ln in status.splitlines() if f"| {v['text']} |" in ln)
+        assert line.startswith("| [inan2016_t1](#") and f"| – | [{v['mark']}](#" in line
+    # a claim marked for the paper's settings only, or needing rows lite does not run: n/a at lite and smoke
+    paper_only = next(ln for ln in status.splitlines() if "| 650-unit proposed model beats the 1500-unit" in ln)
+    assert "| n/a | n/a | – |" in paper_only
+    n_claims = sum(len(OmegaConf.load(p).get("claims", [])) for p in (CONF_DIR / "table").glob("*.yaml"))
+    assert len([ln for ln in status.splitlines() if ln.startswith("| [")]) == n_claims
+
     # every relative link resolves: figures, files, and anchors of headings that exist
     slugs = set()
     lines = text.splitlines()
