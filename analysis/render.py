@@ -88,8 +88,9 @@ def _label(row: RenderedRow) -> str:
     mark = {"failed": " (failed)", "missing": " (not run)", "running": " (unfinished)", "interrupted": " (unfinished)",
             "preempted": " (unfinished)", "not-at-scale": f" (paper only at {row.extra.get('scale', 'this scale')})"}
     n, done = row.extra.get("n_seeds", 1), row.extra.get("n_done", None)
-    seeds = f" ({done}/{n} seeds)" if done and n > 1 and done < n else ""
-    return row.label + mark.get(row.status, "") + seeds
+    if done and n > 1 and done < n:  # some of its seeds are complete
+        return f"{row.label} ({done}/{n} seeds)"
+    return row.label + mark.get(row.status, "")
 
 
 def _header_lines(meta: dict) -> list[str]:

@@ -305,7 +305,8 @@ def describe_check(r: CheckResult) -> tuple[str, str, str]:
     from analysis.render import COLUMN_LABELS, _fmt
 
     c, m = r.check, r.check.metric
-    what = f"{COLUMN_LABELS.get(m, m)}: {c.row} {_relation_words(c)}" + (f" {c.than}" if c.than else "")
+    short = lambda ref: ref.split(" / ")[-1]  # noqa: E731  (the claim's text names the group)
+    what = f"{COLUMN_LABELS.get(m, m)}: {short(c.row)} {_relation_words(c)}" + (f" {short(c.than)}" if c.than else "")
     if c.than is not None:
         paper = (f"{_fmt(r.paper_than, m)} → {_fmt(r.paper_row, m)}" + _ratio_note(c, r.paper_row, r.paper_than)
                  if r.paper_row is not None or r.paper_than is not None else "–")
@@ -347,21 +348,29 @@ def claims_markdown(verdicts: list[Verdict], source: str, scale: str, seeds: lis
         return []
     n = len(seeds)
     shown = sum(v.state == HOLDS for v in verdicts)
+    off = sum(any("not run at this scale" in r.reason or "meaningful at" in r.reason for r in v.checks)
+              and v.state == UNDECIDED for v in verdicts)
     head = f"### Claims ({source}){_scale_caveat(scale)}"
+    seed_text = ", ".join("preset's" if s is None else str(s) for s in seeds)
     lines = [head, "",
-             f"{shown} of {len(verdicts)} claims hold at `{scale}` ({n} seed{'s' if n != 1 else ''}: "
-             f"{', '.join(map(str, seeds))}). Rule: {RULE}.", "",
+             f"{shown} of {len(verdicts) - off} claims decidable at `{scale}` hold"
+             + (f" ({off} more need rows or settings this scale does not run)" if off else "")
+             + f"; {n} seed{'s' if n != 1 else ''} ({seed_text}). Rule: {RULE}.", "",
              f"| | Claim | Paper | Ours ({n} seed{'s' if n != 1 else ''}, mean±sd) |", "|---|---|---|---|"]
     for v in verdicts:
         parts = [describe_check(r) for r in v.checks]
         claim = f"{v.claim.text} ({v.claim.source})"
-        if len(parts) == 1:
+        off_scale = next((r.reason for r in v.checks if "not run at this scale" in r.reason or "meaningful at" in r.reason), None)
+        if off_scale and v.state == UNDECIDED:
+            paper = "<br>".join(p[1] for p in parts)
+            lines.append(f"| {MARK[v.state]} | {claim} | {paper} | – ({off_scale}) |")
+        elif len(parts) == 1:
             lines.append(f"| {MARK[v.state]} | {claim} | {parts[0][1]} | {parts[0][2]} |")
         else:
             paper = "<br>".join(f"{p[0]}: {p[1]}" for p in parts)
             ours = "<br>".join(f"{p[0]}: {p[2]}" for p in parts)
             lines.append(f"| {MARK[v.state]} | {claim} | {paper} | {ours} |")
-    quotes = [(v.claim.source, v.claim.quote) for v in verdicts if v.claim.quote]
+    quotes = list(dict.fromkeys((v.claim.source, v.claim.quote.strip()) for v in verdicts if v.claim.quote))
     if quotes:
         lines += ["", "The paper's words:", ""] + [f"- {src}: “{q.strip()}”" for src, q in quotes]
     return lines

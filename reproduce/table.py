@@ -369,8 +369,7 @@ def scale_differences(records: list[dict]) -> str:
         if corpus.get("vocab_size"):
             parts.append(f"vocabulary {corpus['vocab_size']:,}")
         width = next((f"{k} {m[k]}" for k in ("hidden_size", "d_model", "embedding_size") if m.get(k)), "")
-        parts.append(f"model {m.get('name', '?')}" + (f" ({width}, {r['parameters']['total'] / 1e6:.1f}M parameters)"
-                                                     if width else ""))
+        parts.append(f"model {m.get('name', '?')}" + (f" ({width})" if width else ""))
         budget = f"{t.get('max_epochs')} epochs" + (f", at most {t['max_updates']:,} updates" if t.get("max_updates") else "")
         parts.append(budget)
         text = ", ".join(parts)
