@@ -416,6 +416,19 @@ def claims_csv(verdicts: list[Verdict], scale: str) -> str:
     return buf.getvalue()
 
 
+def claims_console(verdicts: list[Verdict], source: str, scale: str, seeds: list) -> str:
+    """The verdicts as plain lines for the end of ``reproduce.table``'s output."""
+    n = len(seeds)
+    rows = [(MARK[v.state], v.claim.text, "; ".join(describe_check(r)[1] for r in v.checks),
+             "; ".join(describe_check(r)[2] for r in v.checks)) for v in verdicts]
+    width = max([len(r[1]) for r in rows] + [10])
+    pw = max([len(r[2]) for r in rows] + [5])
+    head = f"  Claims ({source}){' — not meaningful at smoke' if scale == 'smoke' else ''}"
+    lines = [f"{head:<{width + 4}}  {'paper':<{pw}}  ours ({n} seed{'s' if n != 1 else ''})"]
+    lines += [f"  {m} {t:<{width}}  {p:<{pw}}  {o}" for m, t, p, o in rows]
+    return "\n".join(lines)
+
+
 def summary_line(verdicts: list[Verdict], table: str, scale: str) -> str:
     counts = {s: sum(v.state == s for v in verdicts) for s in (HOLDS, FAILS, UNDECIDED)}
     tail = " (not meaningful at smoke)" if scale == "smoke" else ""

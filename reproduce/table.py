@@ -379,7 +379,15 @@ def scale_differences(records: list[dict]) -> str:
 
 
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Path:
-    from reproduce.claims import claims_csv, claims_latex, claims_markdown, evaluate_claims, summary_line, verdict_record
+    from reproduce.claims import (
+        claims_console,
+        claims_csv,
+        claims_latex,
+        claims_markdown,
+        evaluate_claims,
+        summary_line,
+        verdict_record,
+    )
 
     t = app.table
     scale = app.scale.name
@@ -445,6 +453,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     print(markdown)
     print(f"repdegen: wrote {out}/table.{{md,csv,tex}}, claims.{{json,csv}}, curves.png" + "".join(f", {f}" for f in figures))
     if verdicts:
+        print(claims_console(verdicts, paper_short(t.source), scale, seeds))
         print(summary_line(verdicts, t.name, scale))
     return out
 

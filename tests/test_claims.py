@@ -15,6 +15,7 @@ from reproduce.claims import (
     UNDECIDED,
     Claim,
     ClaimCheck,
+    claims_console,
     claims_csv,
     claims_markdown,
     evaluate_claims,
@@ -153,6 +154,9 @@ def test_rendered_claims_show_mean_sd_and_seed_counts():
     assert "| ✓ | c (Sec. 1) | 87.30 → 82.70 | 101.0±1.41 → 96.00±1.41 (2/2 seeds) |" in md
     smoke = "\n".join(claims_markdown(verdicts, "S", "smoke", [1, 2]))
     assert "not meaningful at smoke" in smoke
+    console = claims_console(verdicts, "S (2020), Table 1", "lite", [1, 2]).splitlines()
+    assert console[0].startswith("  Claims (S (2020), Table 1)") and "ours (2 seeds)" in console[0]
+    assert console[1].split() == ["✓", "c", "87.30", "→", "82.70", "101.0±1.41", "→", "96.00±1.41", "(2/2", "seeds)"]
     csv_text = claims_csv(verdicts, "lite")
     assert "100 102" in csv_text and "95 97" in csv_text and "holds" in csv_text
 
