@@ -49,7 +49,10 @@ def test_local_backend_isolates_a_failing_cell(tiny_data, tmp_path, capsys):
     assert statuses == [False, True, True, True]
     bad = next(c for c in cells if not ledger.is_complete(c.config_hash))
     log = ledger.run_dir(bad.config_hash) / "train.log"
-    assert f"log: {log}" in out.err and "diverged" in log.read_text()
+    # lr 1e30 diverges either in training (a NaN loss) or at validation (a finite loss, a model predicting
+    # nothing), depending on float summation order (thread count): both are the divergence path
+    text = log.read_text()
+    assert f"log: {log}" in out.err and ("diverged" in text or "became NaN or infinite" in text)
     assert headers(log) == 1
     md = (Path(app.paths.tables_dir) / "inan2016_t1" / "smoke" / "table.md").read_text()
     assert "(failed)" in md
