@@ -41,7 +41,7 @@ AGG_ALPHA = {"yu2022/gpt2_wt103": 0.03, "yu2022/lm6_wt103": 0.03, "yu2022/transf
              "yu2022/transformer_big_wmt14": 0.08}
 # one epoch of updates of the lite LM budget (conf/scale_patch/yu2022/_shared/transformer_lm_lite.yaml): static AGG's
 # switch point at lite (conf/table/yu2022_t9.yaml)
-LITE_EPOCH_UPDATES = 569
+LITE_EPOCH_UPDATES = 40  # 160,000 pieces / 16 = 10,000 rows; ceil(9,999 / 256) = 40
 PAPER_TEXT = Path(__file__).resolve().parents[2] / "shared" / "papers" / "yu2022-adaptive-gradient-gating.txt"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -97,7 +97,8 @@ def test_yu_table_rows_resolve_to_the_intended_runs(table, scale, tmp_path):
         if objective == "ul_agg":
             assert cfg.objective.alpha_ul == 1.0
         if cfg.dataset.kind != "translation":  # the LM settings: recipe and budgets
-            assert cfg.model.tie_weights and cfg.seed == 1 and cfg.trainer.bptt == (64 if scale == "smoke" else 1024)
+            assert cfg.model.tie_weights and cfg.seed == (2 if scale == "lite" else 1)  # lite: seeds 1, 2 (the last)
+            assert cfg.trainer.bptt == {"smoke": 64, "lite": 256, "paper": 1024}[scale]
             cutoffs = cfg.trainer.analysis.group_cutoffs
             assert (list(cutoffs) if cutoffs else None) == ([13000, 36000] if scale == "paper" else None)
             if scale == "paper":
@@ -105,8 +106,10 @@ def test_yu_table_rows_resolve_to_the_intended_runs(table, scale, tmp_path):
                 assert tokens == 32768 and cfg.optim.lr == 7e-4 and cfg.optim.warmup_updates == 4000
                 assert cfg.trainer.max_updates == (40000 if row.experiment == "yu2022/lm6_wt103" else 50000)
             elif scale == "lite":
-                assert cfg.trainer.max_updates == 15000 and cfg.trainer.batch_size * cfg.trainer.bptt == 4096
-                assert cfg.trainer.update_freq == 1 and cfg.optim.warmup_updates == 1000
+                assert cfg.trainer.max_updates is None and cfg.trainer.max_epochs == 8
+                assert cfg.trainer.batch_size * cfg.trainer.bptt == 4096 and cfg.trainer.update_freq == 1
+                assert cfg.optim.warmup_updates == 100 and cfg.dataset.train_tokens == 160000
+                assert (cfg.model.d_model, cfg.model.n_layers, cfg.dataset.bpe_vocab_size) == (128, 6, 8000)
             else:
                 assert cfg.model.d_model < 100 and cfg.dataset.train_tokens == 30000 and cfg.trainer.max_epochs == 1
 
@@ -194,7 +197,7 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     row = next(i for i, r in enumerate(app.table.rows) if r.label == "static AGG")
     cfg = cells[row].cfg
     corpus = load_corpus(cfg.dataset, cache_dir=tmp_path / "cache", verbose=False)
-    assert corpus.train.numel() == 2329287  # the count the lite budget comments use
+    assert corpus.train.numel() == 160000  # the lite prefix (conf/scale_patch/yu2022/_shared/transformer_lm_lite.yaml)
     stateless_model = SimpleNamespace(init_state=lambda *args: None)
     per_epoch = LMTask(cfg, corpus, stateless_model, "cpu").updates_per_epoch()
     assert per_epoch == LITE_EPOCH_UPDATES and cfg.objective.static_after_epochs == 1
