@@ -624,7 +624,35 @@ def write_report(runs_dir: Path, results_dir: Path, render: bool = True, overrid
     text = build_readme(results_dir, tables, notes, _generated_line())
     path = results_dir / "README.md"
     atomic_write_bytes(path, lambda f: f.write(text.encode()))
+    sync_status_line(results_dir.parent / "README.md", text)
     return path
+
+
+STATUS_START, STATUS_END = "<!-- claims-status: written by python -m reproduce.report -->", "<!-- /claims-status -->"
+
+
+def claims_headline(readme: str) -> str | None:
+    """The Claims section's headline of a results README ("**N of M claims shown at `lite`** (...)"), or None."""
+    return next((line for line in readme.splitlines() if re.match(r"\*\*\d+ of \d+ claims shown at `lite`\*\*", line)),
+                None)
+
+
+def sync_status_line(project_readme: Path, results_readme: str) -> bool:
+    """Copy the claims headline into the project README, between the claims-status markers (when it has them):
+    the status a user sees first stays the one results/README.md gives. Returns whether the file changed."""
+    headline = claims_headline(results_readme)
+    if headline is None or not project_readme.is_file():
+        return False
+    old = project_readme.read_text()
+    if STATUS_START not in old or STATUS_END not in old:
+        return False
+    head, rest = old.split(STATUS_START, 1)
+    _, tail = rest.split(STATUS_END, 1)
+    new = f"{head}{STATUS_START}\nStatus at `lite`: {headline}\n{STATUS_END}{tail}"
+    if new == old:
+        return False
+    atomic_write_bytes(project_readme, lambda f: f.write(new.encode()))
+    return True
 
 
 def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
@@ -633,7 +661,12 @@ def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
     if not path.is_file():
         return [f"{path} does not exist"]
     fresh = build_readme(Path(results_dir), load_tables(conf_dir), [], "")
-    return list(difflib.unified_diff(comparable(path.read_text()), comparable(fresh), str(path), "regenerated", lineterm="", n=1))
+    diff = list(difflib.unified_diff(comparable(path.read_text()), comparable(fresh), str(path), "regenerated", lineterm="", n=1))
+    project = Path(results_dir).parent / "README.md"
+    headline = claims_headline(fresh)
+    if headline and project.is_file() and STATUS_START in project.read_text() and headline not in project.read_text():
+        diff.append(f"{project}: the claims status line is not {headline!r}")
+    return diff
 
 
 def main(argv: list[str] | None = None) -> int:

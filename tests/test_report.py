@@ -169,3 +169,22 @@ def test_slug_and_demote():
     assert report.demote("# A\n\n## B\n```\n# code\n```", 3) == "### A\n\n#### B\n```\n# code\n```"
     md = "## T\n\nSource: S.\nScale: x. Wall time of the cells: 1m. Generated 2026-01-02T03:04:05.\n\n| a |"
     assert report.table_md_body(md) == "Source: S.\nScale: x. Wall time of the cells: 1m.\n\n| a |"
+
+
+def test_the_project_readme_gets_the_claims_headline(tmp_path):
+    from reproduce.report import STATUS_END, STATUS_START, claims_headline, sync_status_line
+
+    results_readme = ("# Reproduced results\n\n## Claims\n\n**3 of 7 claims shown at `lite`** (1 not shown, 3 not yet decided; "
+                      "2 more cannot be decided at `lite`).\n\n| Table | Claim |\n")
+    assert claims_headline(results_readme).startswith("**3 of 7 claims shown at `lite`** (1 not shown")
+    assert claims_headline("# no claims here\n") is None
+    project = tmp_path / "README.md"
+    project.write_text(f"# repdegen\n\nintro\n{STATUS_START}\nStatus at `lite`: stale\n{STATUS_END}\n\nrest\n")
+    assert sync_status_line(project, results_readme)
+    text = project.read_text()
+    assert "Status at `lite`: **3 of 7 claims shown at `lite`** (1 not shown" in text and "stale" not in text
+    assert text.startswith("# repdegen\n\nintro\n") and text.endswith("\n\nrest\n")
+    assert not sync_status_line(project, results_readme)  # idempotent
+    plain = tmp_path / "other.md"
+    plain.write_text("no markers\n")
+    assert not sync_status_line(plain, results_readme) and plain.read_text() == "no markers\n"
