@@ -41,6 +41,7 @@ import torch
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
 from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
 from reproduce.errors import ConfigError, DataError
+from reproduce.ledger import cache_write
 
 PARALLEL_CACHE_FORMAT = 1
 
@@ -248,10 +249,7 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
                 enc[split][lang] = {"ids": torch.from_numpy(flat.astype(dtype)), "lens": torch.from_numpy(lens)}
         blob = {"enc": enc, "key": key, "info": info}
         if cache_path is not None:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
-            torch.save(blob, tmp)
-            os.replace(tmp, cache_path)
+            cache_write(cache_path, lambda tmp: torch.save(blob, tmp))
 
     splits: dict[str, ParallelSplit] = {}
     pairs, dropped, used = {}, {}, {}
