@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from reproduce.errors import ConfigError, DataError
-from reproduce.ledger import cache_write
+from reproduce.ledger import cache_write, remove_stale_cache_temps
 
 SPLITS = ("train", "valid", "test")
 CACHE_FORMAT = 1
@@ -305,6 +305,8 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
     else:
         key = _cache_key(info, cfg)
     cache_path = Path(cache_dir) / "corpora" / f"{cfg.name}-{key}.pt" if cache_dir else None
+    if cache_path is not None:  # what a writer of this cache entry killed mid-write left
+        remove_stale_cache_temps(cache_path)
     if cache_path is not None and cache_path.is_file():
         blob = torch.load(cache_path, weights_only=False)
     elif tokenizer is not None:

@@ -41,7 +41,7 @@ import torch
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
 from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
 from reproduce.errors import ConfigError, DataError
-from reproduce.ledger import cache_write
+from reproduce.ledger import cache_write, remove_stale_cache_temps
 
 PARALLEL_CACHE_FORMAT = 1
 
@@ -237,6 +237,8 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
     del train_lines
     key = _cache_key(info, tokenizer)
     cache_path = cached_path(Path(cache_dir) / "corpora", cfg.name, key, ".pt") if cache_dir else None
+    if cache_path is not None:  # what a writer of this cache entry killed mid-write left
+        remove_stale_cache_temps(cache_path)
     if cache_path is not None and cache_path.is_file():
         blob = torch.load(cache_path, weights_only=False)
     else:

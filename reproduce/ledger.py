@@ -125,17 +125,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def cache_write(path: Path, write) -> None:
-    """Write a file of a cache that several processes (and hosts) share, e.g. ``cache/corpora/<name>.pt``:
-    through ``<name>.<host>-<pid>.tmp`` renamed over it; the temporary file is removed when the write
-    fails (a full disk), and those a killed writer left are removed first (this host's whose process is
-    gone; another host's after a day)."""
+def remove_stale_cache_temps(path: Path) -> None:
+    """Remove the temporary files of ``path`` (``<name>.<host>-<pid>.tmp``) that killed writers left:
+    this host's whose process is gone, another host's after a day."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().replace("-", "_").replace(".", "_")
     for tmp in path.parent.glob(f"{path.name}.*-*.tmp"):
-        tag = tmp.name[len(path.name) + 1 : -len(".tmp")]
-        owner, _, pid = tag.rpartition("-")
+        owner, _, pid = tmp.name[len(path.name) + 1 : -len(".tmp")].rpartition("-")
         try:
             stale = (owner == host and pid.isdigit() and not _pid_alive(int(pid))) or (
                 owner != host and time.time() - tmp.stat().st_mtime > 86400)
@@ -143,6 +139,17 @@ def cache_write(path: Path, write) -> None:
                 tmp.unlink()
         except FileNotFoundError:
             pass
+
+
+def cache_write(path: Path, write) -> None:
+    """Write a file of a cache that several processes (and hosts) share, e.g. ``cache/corpora/<name>.pt``:
+    through ``<name>.<host>-<pid>.tmp`` renamed over it; the temporary file is removed when the write
+    fails (a full disk), and those a killed writer left are removed first (this host's whose process is
+    gone; another host's after a day)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_cache_temps(path)
+    host = socket.gethostname().replace("-", "_").replace(".", "_")
     tmp = path.with_name(f"{path.name}.{host}-{os.getpid()}.tmp")
     try:
         write(tmp)
@@ -190,6 +197,19 @@ def load_torch_file(path: Path, what: str, fix: str, map_location="cpu") -> Any:
     if not isinstance(blob, dict) or "model" not in blob:
         raise CorruptFile(path, f"{path} is not a {what} of reproduce.train (no model weights in it); {fix}")
     return blob
+
+
+def check_torch_file(path: Path, what: str, fix: str) -> None:
+    """A cheap look at a checkpoint before anything is written: a torch file is a zip archive whose
+    directory is at its end, so a truncated one fails here (:class:`CorruptFile`, naming it, and ``fix``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path):
+            pass
+    except (zipfile.BadZipFile, EOFError, ValueError) as err:
+        raise CorruptFile(path, f"{path} cannot be read as a {what} ({err}: truncated or corrupt; a full disk or an "
+                                f"unfinished copy does that); {fix}") from None
 
 
 class Ledger:

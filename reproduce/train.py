@@ -49,6 +49,7 @@ from reproduce.ledger import (
     RunLocked,
     atomic_torch_save,
     atomic_write_json,
+    check_torch_file,
     remove_stale_temps,
 )
 from reproduce.loggers import make_logger
@@ -61,6 +62,8 @@ register_all()
 # `python -m reproduce.train` exits with EXIT_PREEMPTED (3) when a preemption signal (or
 # trainer.stop_after_updates) stopped the run after its checkpoint: run it again to continue
 STATUS_PREEMPTED = "preempted"
+CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
+                          "(its record is kept), or restore the file from a copy")
 
 
 def load_any_corpus(dataset_cfg, cache_dir, verbose: bool = True):
@@ -172,6 +175,8 @@ def _preflight(cfg: DictConfig, h: str, ledger: Ledger, resume: bool) -> dict | 
     if previous is not None and previous.get("status") == STATUS_COMPLETE:
         print(f"repdegen: {run_label(cfg)} [{h}] is already complete in {run_dir}; not running it again")
         return previous
+    if checkpoint.is_file() and resume:  # a truncated checkpoint is reported before anything is written
+        check_torch_file(checkpoint, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=checkpoint))
     if checkpoint.is_file() and not resume:
         raise ConfigError(
             f"{run_dir} holds an unfinished run of this exact config (last checkpoint {checkpoint}). "

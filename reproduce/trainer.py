@@ -234,9 +234,9 @@ class Trainer:
         path = self.checkpoint_path()
         if not path.is_file():
             return False
-        ckpt = load_torch_file(path, "checkpoint", f"move it aside (mv {path} {path}.bad) and run the same command "
-                               f"again to start this run over (its finished runs and records are kept), or restore "
-                               f"the file from a copy", map_location=self.device)
+        from reproduce.train import CORRUPT_CHECKPOINT_FIX
+
+        ckpt = load_torch_file(path, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=path), map_location=self.device)
         self.state = RunState(**ckpt["run_state"])
         self.model.load_state_dict(ckpt["model"])
         self.objective.load_state_dict(ckpt["objective"])
