@@ -176,9 +176,6 @@ def read_record(path: Path, fix: str) -> dict:
         raise CorruptRecord(path, "not UTF-8 text", fix) from None
     if not isinstance(record, dict):
         raise CorruptRecord(path, f"a JSON {type(record).__name__}, not an object", fix)
-    if record.get("status") == STATUS_COMPLETE:
-        if not isinstance(record.get("metrics"), dict) or not isinstance(record.get("parameters"), dict):
-            raise CorruptRecord(path, "status complete but no metrics or parameters", fix)
     return record
 
 

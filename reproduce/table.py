@@ -13,7 +13,9 @@ and carries the paper's numbers. Each row becomes a cell: the config ``reproduce
 compose from ``experiment=<row.experiment> scale=<scale> <row.overrides>``. Cells whose config hash
 is complete in the ledger are not run again; unfinished ones resume from their checkpoint; a failed
 cell is reported with its log path and does not stop the others; the exit status is 0 only when
-every cell completed. Cells shared by several tables run once. How cells run (a process per cell on
+every cell completed (1: some did not; 2: a user error, nothing run; 130: interrupted; see
+``reproduce.errors``). A cell another process is training is shown as running elsewhere and waited
+for. Cells shared by several tables run once. How cells run (a process per cell on
 the local GPUs or CPU, DDP for large cells, SLURM through submitit) is ``reproduce.launch``
 (``launch.*`` keys). Output: ``<paths.tables_dir>/<table>/<scale>/`` (``table.md``, ``table.csv``,
 ``table.tex``, ``cells.json``, and ``curves.png``: validation PPL per epoch of every cell, plus
