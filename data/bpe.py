@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from reproduce.errors import ConfigError, DataError
+from reproduce.ledger import cache_write
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -230,9 +230,7 @@ class BPETokenizer:
         mapping = {"format": BPE_FORMAT, "order": self.order.tolist(), "counts": self.counts.tolist(),
                    "unk_literal": self.unk_literal, "key": self.key, "name": self.name, **(meta or {})}
         for path, data in ((model_path.with_suffix(".json"), json.dumps(mapping).encode()), (model_path, self.model_proto)):
-            tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            cache_write(path, lambda tmp, data=data: tmp.write_bytes(data))
         self.path = str(model_path)
 
     @classmethod

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from reproduce.errors import ConfigError, DataError
+from reproduce.ledger import cache_write, remove_stale_cache_temps
 
 SPLITS = ("train", "valid", "test")
 CACHE_FORMAT = 1
@@ -304,6 +305,8 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
     else:
         key = _cache_key(info, cfg)
     cache_path = Path(cache_dir) / "corpora" / f"{cfg.name}-{key}.pt" if cache_dir else None
+    if cache_path is not None:  # what a writer of this cache entry killed mid-write left
+        remove_stale_cache_temps(cache_path)
     if cache_path is not None and cache_path.is_file():
         blob = torch.load(cache_path, weights_only=False)
     elif tokenizer is not None:
@@ -320,10 +323,7 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
             ids[s], oov[s] = numericalize(tokens[s], vocab, s, cfg.name)
         blob = {"itos": vocab.itos, "counts": vocab.counts, "ids": ids, "oov": oov, "info": info, "key": key}
     if cache_path is not None and not cache_path.is_file():
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
-        torch.save(blob, tmp)
-        os.replace(tmp, cache_path)
+        cache_write(cache_path, lambda tmp: torch.save(blob, tmp))
     if tokenizer is not None:
         vocab = tokenizer.vocab()
     else:

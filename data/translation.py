@@ -41,6 +41,7 @@ import torch
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
 from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
 from reproduce.errors import ConfigError, DataError
+from reproduce.ledger import cache_write, remove_stale_cache_temps
 
 PARALLEL_CACHE_FORMAT = 1
 
@@ -236,6 +237,8 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
     del train_lines
     key = _cache_key(info, tokenizer)
     cache_path = cached_path(Path(cache_dir) / "corpora", cfg.name, key, ".pt") if cache_dir else None
+    if cache_path is not None:  # what a writer of this cache entry killed mid-write left
+        remove_stale_cache_temps(cache_path)
     if cache_path is not None and cache_path.is_file():
         blob = torch.load(cache_path, weights_only=False)
     else:
@@ -248,10 +251,7 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
                 enc[split][lang] = {"ids": torch.from_numpy(flat.astype(dtype)), "lens": torch.from_numpy(lens)}
         blob = {"enc": enc, "key": key, "info": info}
         if cache_path is not None:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
-            torch.save(blob, tmp)
-            os.replace(tmp, cache_path)
+            cache_write(cache_path, lambda tmp: torch.save(blob, tmp))
 
     splits: dict[str, ParallelSplit] = {}
     pairs, dropped, used = {}, {}, {}

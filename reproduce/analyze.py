@@ -70,10 +70,11 @@ def analyze(app: DictConfig) -> dict:
     from models import build_model
     from reproduce.tasks import LMTask
     from reproduce.train import load_any_corpus, pick_device
-    from reproduce.translate import _read_record, resolve_checkpoint
+    from reproduce.translate import _read_record, load_weights_file, resolve_checkpoint
 
     run_dir, weights = resolve_checkpoint(app.checkpoint)
     record = _read_record(run_dir)
+    blob = load_weights_file(weights)  # before the corpus: a damaged file is reported at once
     cfg = OmegaConf.create(record["config"])
     if cfg.dataset.kind != "lm":
         raise ConfigError(f"{run_dir} is a {cfg.dataset.kind} run; reproduce.analyze reads language models "
@@ -81,7 +82,7 @@ def analyze(app: DictConfig) -> dict:
     device = pick_device(app.device)
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
     model = build_model(cfg.model, len(corpus.vocab), cfg.model.tie_weights)
-    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=False)["model"])
+    model.load_state_dict(blob["model"])
     model = model.to(device).eval()
     out_dir = Path(app.out) if app.out else run_dir / "analysis"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -137,4 +138,7 @@ def main(app: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from reproduce.errors import install_hydra_error_handler
+
+    install_hydra_error_handler()
     main()

@@ -449,6 +449,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
     if cfg.get("_finalized", False):
         OmegaConf.set_readonly(cfg, True)
         return cfg
+    unscaled_model = copy.deepcopy(cfg.model)  # for messages in the user's own numbers
     apply_scale(cfg)
     for key, allowed in VALID_CHOICES.items():
         _check_choice(cfg, key, allowed)
@@ -482,7 +483,18 @@ def finalize(cfg: DictConfig) -> DictConfig:
     validate_objective(cfg.objective)
     # one canonical place for tying, so `objective.tie_weights: null` and an explicit equal value hash alike
     tie = resolve_tie(cfg.model, cfg.objective)
-    check_tie(cfg.model, tie)
+    try:
+        check_tie(cfg.model, tie)
+    except ConfigError as scaled_err:
+        if cfg.scale.width_mult == 1.0:
+            raise
+        # name the sizes the user gave (and a fix that works at this scale), not the scaled ones
+        try:
+            check_tie(unscaled_model, tie)
+        except ConfigError as err:
+            raise ConfigError(f"{err} (at scale={cfg.scale.name} the widths are scaled by {cfg.scale.width_mult}; "
+                              f"{scaled_err.args[0].split(' has ', 1)[-1].split(';')[0]})") from None
+        raise
     cfg.model.tie_weights = tie
     cfg.objective.tie_weights = tie
     OmegaConf.set_struct(cfg, False)

@@ -69,4 +69,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from reproduce.errors import install_hydra_error_handler
+
+    install_hydra_error_handler()
     main()

@@ -1,10 +1,35 @@
-"""One error type for every mistake a user can make: the message names the bad value,
-what was expected, and how to fix it. Entry points print it without a traceback."""
+"""One error type for every mistake a user can make: the message names the bad value, what was
+expected, and how to fix it. Entry points print it as one line (``repdegen: error: ...``) without a
+traceback and exit with :data:`EXIT_USER_ERROR`.
+
+Exit statuses of every entry point (``reproduce.train``, ``reproduce.table``, ``reproduce.launch``,
+``reproduce.analyze``, ``reproduce.translate``, ``reproduce.describe``, ``reproduce.aggregate``):
+
+* 0 (:data:`EXIT_OK`): done;
+* 1 (:data:`EXIT_FAILED`): a run failed (diverged, a bug: its log says why) or a table has cells that did
+  not complete;
+* 2 (:data:`EXIT_USER_ERROR`): a user error -- a bad value on the command line or in a config (Hydra's
+  own composition errors included), a missing, unreadable or corrupt file, a read-only or full disk;
+  nothing was run and nothing written was changed;
+* 3 (:data:`EXIT_PREEMPTED`): stopped by a signal after writing a checkpoint; the same command (with
+  ``trainer.resume=true`` for ``reproduce.train``) continues;
+* 130 (:data:`EXIT_INTERRUPTED`): ``reproduce.table`` stopped by Ctrl-C or SIGTERM (its cells checkpoint
+  first); the same command continues.
+"""
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
+import re
 import sys
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USER_ERROR = 2
+EXIT_PREEMPTED = 3
+EXIT_INTERRUPTED = 130
 
 
 class UserError(Exception):
@@ -19,15 +44,171 @@ class DataError(UserError):
     """Missing, empty or malformed corpus files, or a hub that cannot be reached."""
 
 
+class CorruptFile(UserError):
+    """A file of ours (a run record, a checkpoint, weights) that cannot be read: truncated or corrupt."""
+
+    def __init__(self, path, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+# how to give a required key that was left out (``checkpoint=`` of reproduce.analyze / translate)
+MISSING_HINTS = {
+    "checkpoint": "checkpoint=outputs/runs/<hash> (a run directory of reproduce.train, or a weights file in one)",
+    "input": "input=<a text file with one sentence per line>",
+}
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_ACCESS_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def as_user_error(err: BaseException) -> UserError | None:
+    """The :class:`UserError` an exception from outside our code stands for, or None when it is a bug:
+
+    * a required config value left out (OmegaConf's ``MissingMandatoryValue``);
+    * a read-only directory or a full disk (``OSError`` with EACCES/EPERM/EROFS, ENOSPC/EDQUOT/EFBIG).
+    """
+    if isinstance(err, UserError):
+        return err
+    try:
+        from omegaconf.errors import MissingMandatoryValue
+    except ImportError:  # pragma: no cover
+        MissingMandatoryValue = ()  # noqa: N806
+    if MissingMandatoryValue and isinstance(err, MissingMandatoryValue):
+        key = getattr(err, "full_key", None) or "a required value"
+        hint = MISSING_HINTS.get(str(key), f"{key}=<value>")
+        return ConfigError(f"{key}= is required and was not given; add {hint} to the command line")
+    if isinstance(err, OSError) and err.errno in _DISK_ERRNOS | _ACCESS_ERRNOS:
+        where = err.filename or "a file"
+        if err.errno in _DISK_ERRNOS:
+            return UserError(
+                f"no space left to write {where} ({err.strerror}); expected free space on that disk: free some, or "
+                f"point paths.output_dir / paths.cache_dir at another disk, and run the same command again "
+                f"(finished work is kept, unfinished runs resume)")
+        return UserError(
+            f"cannot write {where} ({err.strerror}); expected a writable directory: make it writable, or point "
+            f"paths.output_dir (or the path you gave) at a writable directory")
+    return None
+
+
+def report_user_error(err: UserError) -> None:
+    """``repdegen: error: <message>`` on stderr, one line."""
+    text = " ".join(str(err).split("\n")).strip()
+    print(f"repdegen: error: {text}", file=sys.stderr, flush=True)
+
+
+# set when an entry point's own function starts: Hydra errors before it are composition errors (user
+# errors), exceptions after it are the run's own
+_TASK_STARTED = False
+
+
 def exit_on_user_error(fn):
-    """Decorator for entry points: a UserError becomes one clear message and exit status 2."""
+    """Decorator for entry points: a user error becomes one clear message and exit status 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        global _TASK_STARTED
+        _TASK_STARTED = True
         try:
             return fn(*args, **kwargs)
-        except UserError as err:
-            print(f"repdegen: error: {err}", file=sys.stderr)
-            sys.exit(2)
+        except Exception as err:
+            user = as_user_error(err)
+            if user is None:
+                raise
+            report_user_error(user)
+            sys.exit(EXIT_USER_ERROR)
 
     return wrapper
+
+
+def mark_task_started() -> None:
+    global _TASK_STARTED
+    _TASK_STARTED = True
+
+
+# ---- Hydra's own errors (an unknown key, a missing config group option, the override grammar) ----------
+def condense_hydra_error(ex: BaseException) -> str:
+    """Hydra's multi-line error (and its OmegaConf cause) as one line, with what to do about it."""
+    text = str(ex)
+    cause = ex.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += "\n" + str(cause)
+    parts: list[str] = []
+    options: list[str] | None = None
+    skip_search_path = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("Config search path"):
+            skip_search_path = True
+            continue
+        if skip_search_path and raw.startswith("\t") and "provider=" in line:
+            continue
+        if m := re.match(r"Available options in '(.+)':", line):
+            options = []
+            parts.append(f"the options of {m.group(1)} are")
+            continue
+        if options is not None and raw.startswith(("\t", "  ")):
+            if not line.startswith("schema_"):
+                options.append(line)
+            continue
+        if options is not None:
+            parts[-1] += " " + ", ".join(options)
+            options = None
+        if line.startswith(("object_type=", "reference_type=", "Set the environment variable HYDRA_FULL_ERROR")):
+            continue
+        if line.startswith("full_key:"):
+            continue
+        if line.startswith("See https://hydra.cc"):
+            continue
+        parts.append(line.rstrip("."))
+    if options is not None:
+        parts[-1] += " " + ", ".join(options)
+    message = "; ".join(dict.fromkeys(parts))
+    if "Could not find" in message:
+        fix = "pick one of the options listed"
+    elif re.search(r"Key '.*' not in|Could not override|Could not append", message):
+        fix = "check the key's spelling (python -m reproduce.describe <overrides> prints the whole config)"
+    elif re.search(r"no viable alternative|mismatched input|extraneous input|token recognition error", message):
+        fix = ("quote a value that holds '=', ',', brackets or spaces, e.g. 'key=\"a=b\"' or "
+               "overrides='[\"trainer.device=cpu\"]' (https://hydra.cc/docs/advanced/override_grammar/basic)")
+    elif "could not be converted" in message or "Invalid value" in message:
+        fix = "give a value of the expected type"
+    else:
+        fix = "fix that argument on the command line"
+    return f"{message}; {fix}"
+
+
+def install_hydra_error_handler() -> None:
+    """Make Hydra's errors before an entry point starts (composition, override grammar) one
+    ``repdegen: error:`` line and exit status 2, like every other user error. Errors raised after the
+    entry point started keep Hydra's report (exit status 1). ``HYDRA_FULL_ERROR=1`` shows everything."""
+    try:
+        import hydra._internal.utils as hydra_utils
+    except ImportError:  # pragma: no cover
+        return
+    original = getattr(hydra_utils, "run_and_report", None)
+    if original is None or getattr(original, "_repdegen", False):
+        return
+
+    def run_and_report(func):
+        try:
+            return func()
+        except Exception as ex:
+            if _TASK_STARTED or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                return original(_reraise(ex))
+            user = as_user_error(ex)
+            message = str(user) if user is not None else condense_hydra_error(ex)
+            print(f"repdegen: error: {message}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USER_ERROR)
+
+    run_and_report._repdegen = True
+    hydra_utils.run_and_report = run_and_report
+
+
+def _reraise(ex: BaseException):
+    def func():
+        raise ex
+
+    return func

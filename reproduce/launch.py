@@ -44,16 +44,18 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from reproduce.errors import EXIT_PREEMPTED
 from reproduce.ledger import STATUS_COMPLETE, Ledger
-from reproduce.train import EXIT_PREEMPTED
+from reproduce.progress import is_terminal
 
-# exit statuses of `python -m reproduce.launch <cell.yaml>`
+# exit statuses of `python -m reproduce.launch <cell.yaml>` (reproduce.errors documents 0-3)
 EXIT_COMPLETE = 0
 EXIT_FAILED = 1  # the run raised (diverged, a bug): its log says why
-EXIT_USER_ERROR = 2  # bad config or data (exit_on_user_error)
+EXIT_USER_ERROR = 2  # bad config or data, a corrupt file, a read-only or full disk (exit_on_user_error)
 # EXIT_PREEMPTED (3): stopped by a signal after writing a checkpoint; run it again to continue
+EXIT_ELSEWHERE = 4  # another live process holds the run's lock (trains it): not run here, not failed
 EXIT_NAMES = {EXIT_COMPLETE: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
-              EXIT_PREEMPTED: "interrupted"}
+              EXIT_PREEMPTED: "interrupted", EXIT_ELSEWHERE: "running elsewhere"}
 
 
 @dataclass
@@ -89,7 +91,8 @@ class Job:
     log_path: Path
     gpus: int = 1
     tables: list[str] = field(default_factory=list)
-    status: str = "waiting"  # waiting | running | complete | failed | interrupted
+    status: str = "waiting"  # waiting | running | complete | failed | interrupted | elsewhere
+    holder: str | None = None  # elsewhere: the process that holds the run's lock
     returncode: int | None = None
     started: float | None = None
     finished: float | None = None
@@ -137,7 +140,8 @@ class Progress:
     def __init__(self, jobs: list[Job], slots: int, enabled: bool = True):
         self.jobs, self.slots = jobs, max(1, slots)
         self.start = time.time()
-        self.bar = tqdm(total=len(jobs), desc="cells", unit="cell", disable=not enabled or not jobs,
+        # the bar on a terminal only: in a log the event lines below say it all, without redraws
+        self.bar = tqdm(total=len(jobs), desc="cells", unit="cell", disable=not enabled or not jobs or not is_terminal(),
                         dynamic_ncols=True, leave=True)
 
     def eta(self) -> str:
@@ -151,21 +155,26 @@ class Progress:
         return _fmt_seconds((waiting * mean + left_running) / self.slots)
 
     def counts(self) -> dict[str, int]:
-        out = {"complete": 0, "running": 0, "failed": 0, "waiting": 0, "interrupted": 0}
+        out = {"complete": 0, "running": 0, "failed": 0, "waiting": 0, "interrupted": 0, "elsewhere": 0}
         for j in self.jobs:
             out[j.status] = out.get(j.status, 0) + 1
         return out
 
     def refresh(self) -> None:
         c = self.counts()
-        self.bar.set_postfix_str(f"done {c['complete']} | running {c['running']} | failed {c['failed']} | ETA {self.eta()}")
+        elsewhere = f" | elsewhere {c['elsewhere']}" if c["elsewhere"] else ""
+        self.bar.set_postfix_str(f"done {c['complete']} | running {c['running']} | failed {c['failed']}{elsewhere} | "
+                                 f"ETA {self.eta()}")
 
     def event(self, job: Job, what: str) -> None:
         c = self.counts()
-        line = (f"repdegen: [{c['complete'] + c['failed']}/{len(self.jobs)} done, {c['running']} running] {what}: "
-                f"{job.label} [{job.config_hash}]")
+        elsewhere = f", {c['elsewhere']} running elsewhere" if c["elsewhere"] else ""
+        line = (f"repdegen: [{c['complete'] + c['failed']}/{len(self.jobs)} done, {c['running']} running{elsewhere}] "
+                f"{what}: {job.label} [{job.config_hash}]")
         if job.status == "failed":
             line += f" -- log: {job.log_path}"
+        elif job.status == "elsewhere":
+            line += f" -- by {job.holder or 'another process'}"
         tqdm.write(line, file=sys.stdout)
         sys.stdout.flush()
         if job.status in ("complete", "failed"):
@@ -208,6 +217,8 @@ class LocalScheduler:
                 # start what fits, in order (a large cell waits for its GPUs; smaller ones behind it
                 # may start meanwhile)
                 for job in list(waiting):
+                    if self._elsewhere(job, progress):
+                        continue
                     need = self._wanted(job)
                     if self.gpus and need <= len(free):
                         ids, free = free[:need], free[need:]
@@ -221,7 +232,9 @@ class LocalScheduler:
                         tqdm.write(f"repdegen: {job.label} asks for {job.gpus} GPUs; running it on {len(ids)} "
                                    f"(the batch is global, so the result is the same)")
                     progress.event(job, f"started on {'GPU ' + ','.join(map(str, ids)) if ids else 'CPU'}")
-                time.sleep(0.2 if not running else min(1.0, float(self.launch.poll_seconds)))
+                only_elsewhere = waiting and all(j.status == "elsewhere" for j in waiting)
+                time.sleep(float(self.launch.poll_seconds) if only_elsewhere and not running
+                           else 0.2 if not running else min(1.0, float(self.launch.poll_seconds)))
                 for h, (proc, ids, log) in list(running.items()):
                     if proc.poll() is None:
                         continue
@@ -233,6 +246,10 @@ class LocalScheduler:
                         free = sorted(free + ids)
                     else:
                         cpu_slots += 1
+                    if job.status == "elsewhere":  # locked by another process after all: wait for it
+                        waiting.append(job)
+                        self._elsewhere(job, progress)
+                        continue
                     progress.event(job, EXIT_NAMES.get(job.returncode, "failed"))
                 progress.refresh()
         except KeyboardInterrupt:
@@ -243,6 +260,21 @@ class LocalScheduler:
         finally:
             progress.close()
         return {j.config_hash: j.status for j in self.jobs}
+
+    def _elsewhere(self, job: Job, progress: Progress) -> bool:
+        """Whether another live process holds ``job``'s run lock (it trains that cell): such a cell is
+        not started here, not failed and not done; it is waited for (a message once), and when the lock
+        is released it is started here -- it is then complete (reported as such at once) or resumes
+        from where the other process stopped."""
+        holder = Ledger(job.cfg_path.parent.parent).holder(job.config_hash)
+        if holder is None:
+            if job.status == "elsewhere":
+                job.status, job.holder = "waiting", None
+            return False
+        if job.status != "elsewhere" or job.holder != holder:
+            job.status, job.holder = "elsewhere", holder
+            progress.event(job, "running elsewhere; waiting for it (Ctrl-C stops waiting; what finishes is kept)")
+        return True
 
     def _start(self, job: Job, gpu_ids: list[int]):
         env = dict(os.environ)
@@ -257,12 +289,18 @@ class LocalScheduler:
         cmd = cell_command(job, gpu_ids, self.launch.ddp)
         # its own process group: Ctrl-C in the terminal reaches the scheduler only, which then stops
         # each cell with SIGTERM (a checkpoint first) rather than killing it mid-write
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # and it dies with this process: SIGTERM (checkpoint, exit 3) when the scheduler is killed, even by
+        # SIGKILL, so no cell is orphaned; the next run of the same command resumes it
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent())
         job.status, job.started = "running", time.time()
         return proc, gpu_ids, log
 
     @staticmethod
     def _finish(job: Job, code: int) -> None:
+        if code == EXIT_ELSEWHERE:
+            job.returncode, job.status = code, "elsewhere"
+            return
         job.returncode, job.finished = code, time.time()
         job.status = "complete" if code == EXIT_COMPLETE else "interrupted" if code == EXIT_PREEMPTED else "failed"
 
@@ -282,6 +320,27 @@ class LocalScheduler:
             log.close()
             job = next(j for j in self.jobs if j.config_hash == h)
             self._finish(job, proc.returncode)
+
+
+def _die_with_parent():
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when this process dies (Linux
+    ``PR_SET_PDEATHSIG``), or None where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def _physical_id(i: int) -> str:
@@ -350,7 +409,7 @@ class CellJobFunction:
 
     def __call__(self) -> int:
         code = run_cell(Path(self.cfg_path))
-        if code not in (EXIT_COMPLETE, EXIT_PREEMPTED):
+        if code not in (EXIT_COMPLETE, EXIT_PREEMPTED, EXIT_ELSEWHERE):
             raise RuntimeError(f"cell {self.cfg_path} ended with exit status {code} ({EXIT_NAMES.get(code, 'failed')}); "
                                f"see this job's log")
         return code
@@ -430,15 +489,24 @@ def run_cell(cfg_path: Path) -> int:
     import traceback
 
     from reproduce import distributed as dist
-    from reproduce.errors import UserError
-    from reproduce.train import train
+    from reproduce.errors import as_user_error, report_user_error
+    from reproduce.train import RunLockedError, train
 
     try:
+        if not Path(cfg_path).is_file():
+            from reproduce.errors import ConfigError
+
+            raise ConfigError(f"{cfg_path} does not exist; expected a cell config <runs_dir>/<hash>/cell.yaml as "
+                              f"reproduce.table writes it: give its path, or run the table")
         record = train(load_cell_config(cfg_path))
-    except UserError as err:
-        print(f"repdegen: error: {err}", file=sys.stderr, flush=True)
-        return EXIT_USER_ERROR
-    except Exception:  # noqa: BLE001 - logged with its traceback; the scheduler goes on with the others
+    except RunLockedError as err:
+        print(f"repdegen: {err}", file=sys.stderr, flush=True)
+        return EXIT_ELSEWHERE
+    except Exception as err:  # noqa: BLE001 - logged with its traceback; the scheduler goes on with the others
+        user = as_user_error(err)
+        if user is not None:
+            report_user_error(user)
+            return EXIT_USER_ERROR
         traceback.print_exc()
         return EXIT_FAILED
     finally:

@@ -14,17 +14,35 @@ that ask for the same config never train it at once; the lock dies with its proc
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from reproduce.errors import CorruptFile
+
 STATUS_COMPLETE = "complete"
+# what a render-only reader tells the user to do about a corrupt record
+FIX_CORRUPT_RENDER = ("run the same command without render_only=true to move it aside (kept, renamed "
+                      "result.corrupt-<time>.json) and run its cell again, or restore the file")
+
+
+class CorruptRecord(CorruptFile):
+    """A ``result.json`` that is not the JSON object ``reproduce.train`` writes (truncated, edited)."""
+
+    def __init__(self, path: Path, why: str, fix: str):
+        super().__init__(path, f"{path} is not a valid run record ({why}); expected the JSON object reproduce.train "
+                               f"writes; {fix}")
+        self.why = why
 
 
 class RunLocked(Exception):
@@ -35,7 +53,24 @@ class RunLocked(Exception):
         self.run_dir, self.holder = run_dir, holder
 
 
+def _as_disk_full(err: BaseException, path: Path) -> BaseException:
+    """torch.save reports a full disk as a RuntimeError ("iostream error", "failed writing file"): an
+    OSError(ENOSPC) naming ``path`` when the disk is (nearly) full, else ``err`` itself."""
+    if isinstance(err, OSError) or not isinstance(err, RuntimeError):
+        return err
+    try:
+        free = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        return err
+    if free < 64 * 2**20:
+        return OSError(errno.ENOSPC, f"No space left on device ({free // 1024} KiB free)", str(path))
+    return err
+
+
 def atomic_write_bytes(path: Path, write) -> None:
+    """Write ``path`` through a temporary file in its directory (``.<name>.<random>.tmp``) renamed over it:
+    readers never see half a file; the temporary file is removed when the write fails (a full disk), and
+    one left by a killed writer is removed by the next run of the same config (:func:`remove_stale_temps`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -45,11 +80,14 @@ def atomic_write_bytes(path: Path, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        full = _as_disk_full(err, path)
+        if full is not err:
+            raise full from None
         raise
 
 
@@ -61,9 +99,124 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, lambda f: torch.save(obj, f))
 
 
+def remove_stale_temps(run_dir: Path, keep_prefixes: tuple[str, ...] = (".cell.yaml.",)) -> list[Path]:
+    """Remove the temporary files (``.<name>.<random>.tmp``) a killed writer left in a run directory.
+    Call it holding the run's lock: then no other process writes there (but a table process may be
+    writing ``cell.yaml``, whose temporary files are kept)."""
+    removed = []
+    for tmp in Path(run_dir).glob(".*.tmp"):
+        if tmp.name.startswith(keep_prefixes) or not tmp.is_file():
+            continue
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_cache_temps(path: Path) -> None:
+    """Remove the temporary files of ``path`` (``<name>.<host>-<pid>.tmp``) that killed writers left:
+    this host's whose process is gone, another host's after a day."""
+    path = Path(path)
+    host = socket.gethostname().replace("-", "_").replace(".", "_")
+    for tmp in path.parent.glob(f"{path.name}.*-*.tmp"):
+        owner, _, pid = tmp.name[len(path.name) + 1 : -len(".tmp")].rpartition("-")
+        try:
+            stale = (owner == host and pid.isdigit() and not _pid_alive(int(pid))) or (
+                owner != host and time.time() - tmp.stat().st_mtime > 86400)
+            if stale:
+                tmp.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def cache_write(path: Path, write) -> None:
+    """Write a file of a cache that several processes (and hosts) share, e.g. ``cache/corpora/<name>.pt``:
+    through ``<name>.<host>-<pid>.tmp`` renamed over it; the temporary file is removed when the write
+    fails (a full disk), and those a killed writer left are removed first (this host's whose process is
+    gone; another host's after a day)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_cache_temps(path)
+    host = socket.gethostname().replace("-", "_").replace(".", "_")
+    tmp = path.with_name(f"{path.name}.{host}-{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        full = _as_disk_full(err, path)
+        if full is not err:
+            raise full from None
+        raise
+
+
+def read_record(path: Path, fix: str) -> dict:
+    """A run record from ``path``; :class:`CorruptRecord` (naming the file, and ``fix``) when it is not one."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise CorruptRecord(path, f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}, truncated?",
+                            fix) from None
+    except UnicodeDecodeError:
+        raise CorruptRecord(path, "not UTF-8 text", fix) from None
+    if not isinstance(record, dict):
+        raise CorruptRecord(path, f"a JSON {type(record).__name__}, not an object", fix)
+    return record
+
+
+def load_torch_file(path: Path, what: str, fix: str, map_location="cpu") -> Any:
+    """``torch.load`` of a checkpoint or weights file; :class:`CorruptFile` naming it (and ``fix``) when
+    it cannot be read (truncated by a full disk or an unfinished copy)."""
+    try:
+        blob = torch.load(path, map_location=map_location, weights_only=False)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001 - pickle, zip and EOF errors of a damaged file
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CorruptFile(path, f"{path} cannot be read as a {what} ({type(err).__name__}: {why[:160]}); expected a "
+                                f"complete file written by reproduce.train (a full disk or an unfinished copy "
+                                f"truncates it); {fix}") from None
+    if not isinstance(blob, dict) or "model" not in blob:
+        raise CorruptFile(path, f"{path} is not a {what} of reproduce.train (no model weights in it); {fix}")
+    return blob
+
+
+def check_torch_file(path: Path, what: str, fix: str) -> None:
+    """A cheap look at a checkpoint before anything is written: a torch file is a zip archive whose
+    directory is at its end, so a truncated one fails here (:class:`CorruptFile`, naming it, and ``fix``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path):
+            pass
+    except (zipfile.BadZipFile, EOFError, ValueError) as err:
+        raise CorruptFile(path, f"{path} cannot be read as a {what} ({err}: truncated or corrupt; a full disk or an "
+                                f"unfinished copy does that); {fix}") from None
+
+
 class Ledger:
-    def __init__(self, runs_dir: str | Path):
+    """``repair``: a corrupt ``result.json`` is moved aside (``result.corrupt-<time>.json``, never deleted)
+    and its run counts as not run, so it runs again; without it (a reader such as ``render_only``) a
+    corrupt record raises :class:`CorruptRecord`, and the ledger is not changed."""
+
+    def __init__(self, runs_dir: str | Path, repair: bool = False):
         self.root = Path(runs_dir)
+        self.repair = repair
 
     def run_dir(self, config_hash: str) -> Path:
         return self.root / config_hash
@@ -72,7 +225,52 @@ class Ledger:
         path = self.run_dir(config_hash) / "result.json"
         if not path.is_file():
             return None
-        return json.loads(path.read_text())
+        fix = "it was moved aside" if self.repair else FIX_CORRUPT_RENDER
+        try:
+            return read_record(path, fix)
+        except CorruptRecord as err:
+            if not self.repair:
+                raise
+            moved = self.quarantine(config_hash)
+            if moved is not None:
+                print(f"repdegen: warning: {path} is not a valid run record ({err.why}); moved it to {moved.name} "
+                      f"(kept) and treating the run as not run, so it runs again", file=sys.stderr, flush=True)
+            return self.load(config_hash) if moved is None else None
+
+    def quarantine(self, config_hash: str) -> Path | None:
+        """Move a corrupt ``result.json`` aside; the new path (None if another process moved it first)."""
+        import datetime as dt
+
+        path = self.run_dir(config_hash) / "result.json"
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        target = path.with_name(f"result.corrupt-{stamp}.json")
+        k = 1
+        while target.exists():
+            target = path.with_name(f"result.corrupt-{stamp}-{k}.json")
+            k += 1
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:
+            return None
+        return target
+
+    def holder(self, config_hash: str) -> str | None:
+        """Who holds the run's lock now ("pid N on host"), or None when no live process does."""
+        path = self.run_dir(config_hash) / ".lock"
+        if not path.is_file():
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return path.read_text().strip() or "unknown process"
+            return None
+        finally:
+            os.close(fd)
 
     def is_complete(self, config_hash: str) -> bool:
         record = self.load(config_hash)

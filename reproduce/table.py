@@ -13,7 +13,9 @@ and carries the paper's numbers. Each row becomes a cell: the config ``reproduce
 compose from ``experiment=<row.experiment> scale=<scale> <row.overrides>``. Cells whose config hash
 is complete in the ledger are not run again; unfinished ones resume from their checkpoint; a failed
 cell is reported with its log path and does not stop the others; the exit status is 0 only when
-every cell completed. Cells shared by several tables run once. How cells run (a process per cell on
+every cell completed (1: some did not; 2: a user error, nothing run; 130: interrupted; see
+``reproduce.errors``). A cell another process is training is shown as running elsewhere and waited
+for. Cells shared by several tables run once. How cells run (a process per cell on
 the local GPUs or CPU, DDP for large cells, SLURM through submitit) is ``reproduce.launch``
 (``launch.*`` keys). Output: ``<paths.tables_dir>/<table>/<scale>/`` (``table.md``, ``table.csv``,
 ``table.tex``, ``cells.json``, and ``curves.png``: validation PPL per epoch of every cell, plus
@@ -42,9 +44,18 @@ from analysis.figures import plot_validation_curves
 from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.claims import Claim, validate_claims
 from reproduce.config import CONF_DIR, PathsConfig, ScaleConfig, config_hash, finalize, register_all
-from reproduce.errors import ConfigError, UserError, exit_on_user_error
+from reproduce.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USER_ERROR,
+    ConfigError,
+    CorruptFile,
+    UserError,
+    exit_on_user_error,
+    report_user_error,
+)
 from reproduce.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
-from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json
+from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json, load_torch_file
 from reproduce.provenance import command_line, git_commit, hardware_summary
 
 SCALE_NOTES = {
@@ -189,8 +200,9 @@ def run_cells(cells: list[Cell], ledger: Ledger, app: DictConfig | None = None,
               tables_of: dict[str, list[str]] | None = None) -> dict[str, str]:
     """Run every cell not complete in the ledger (``reproduce.launch``); return {hash: status}."""
     launch = app.launch if app is not None else OmegaConf.structured(LaunchConfig)
-    jobs = jobs_for(cells, ledger.root, tables_of)
+    # first: a repairing ledger moves corrupt records aside, so their cells count as not run
     status = {c.config_hash: STATUS_COMPLETE for c in cells if ledger.is_complete(c.config_hash)}
+    jobs = jobs_for(cells, ledger.root, tables_of)
     print(f"repdegen: {len(cells)} cells, {len(cells) - len(jobs)} already complete, {len(jobs)} to run", flush=True)
     if not jobs:
         return status
@@ -199,6 +211,11 @@ def run_cells(cells: list[Cell], ledger: Ledger, app: DictConfig | None = None,
     status.update(scheduler.run())
     failed = [j for j in jobs if j.status != STATUS_COMPLETE]
     for job in failed:
+        if job.status == "elsewhere":
+            print(f"repdegen: running elsewhere (not failed): {job.label} [{job.config_hash}] is being trained by "
+                  f"{job.holder or 'another process'}; run the same command when it is done to render it",
+                  file=sys.stderr, flush=True)
+            continue
         print(f"repdegen: {job.status}: {job.label} [{job.config_hash}] -- log: {job.log_path}", file=sys.stderr, flush=True)
     return status
 
@@ -335,7 +352,11 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
         weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")
         if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
             continue  # the run's files are not on this machine: the table still renders
-        state = torch.load(weights, map_location="cpu", weights_only=False)["model"]
+        try:
+            state = load_torch_file(weights, "weights file", "the table renders without its figure")["model"]
+        except CorruptFile as err:
+            print(f"repdegen: warning: {err}", file=sys.stderr, flush=True)
+            continue
         tied = r["config"]["model"].get("tie_weights", True)
         key = "embedding.weight" if tied or "output_weight" not in state else "output_weight"
         counts = torch.load(run / "vocab_counts.pt")
@@ -458,6 +479,46 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     return out
 
 
+def complete_hashes(cells_json: Path) -> set[str]:
+    """The complete cells of a rendered table (its ``cells.json``; none when there is no readable one)."""
+    import json
+
+    try:
+        cells = json.loads(cells_json.read_text())["cells"]
+        return {c["config_hash"] for c in cells if c.get("status") == STATUS_COMPLETE and c.get("config_hash")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
+
+
+def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
+                  run_status: dict[str, str] | None = None) -> tuple[Path, list[RenderedRow]] | None:
+    """Render ``app``'s table from the ledger as it stands now; (output directory, rows), or None when
+    it was not rendered.
+
+    Renders of one table and scale are serialized (an exclusive ``flock`` on ``.render.lock`` in the
+    output directory), and the ledger is read inside that lock, so of two processes rendering the same
+    table the later one sees at least what the earlier one saw. A rendering is never replaced by a less
+    complete one: when the table there holds complete cells that this one lacks (and nothing this one
+    adds), it is left as it is."""
+    import fcntl
+
+    out = Path(app.paths.tables_dir) / app.table.name / app.scale.name
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".render.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        rows, records = collect_rows(app, cells, ledger, run_status)
+        ours = {r["config_hash"] for r in records}
+        there = complete_hashes(out / "cells.json")
+        if there > ours:
+            print(f"repdegen: {out} already holds a more complete rendering ({len(there)}/{len(cells)} cells complete, "
+                  f"this one {len(ours)}/{len(cells)}); left it as it is")
+            return None
+        return render(app, rows, records), rows
+    finally:
+        os.close(fd)
+
+
 def run_table(app: DictConfig) -> int:
     """Run what is missing and render; return the number of cells that did not complete."""
     return run_tables([app])
@@ -475,18 +536,22 @@ def run_tables(apps: list[DictConfig]) -> int:
             unique.setdefault(c.config_hash, c)
             tables_of.setdefault(c.config_hash, []).append(app.table.name)
     first = apps[0]
-    ledger = Ledger(first.paths.runs_dir)
+    # a run repairs the ledger (a corrupt record is moved aside and its cell runs again); render_only
+    # changes nothing: a corrupt record is an error before anything is written
+    ledger = Ledger(first.paths.runs_dir, repair=not first.render_only)
     if first.render_only:
         run_status: dict[str, str] = {}
+        for h in unique:
+            ledger.load(h)
     else:
         if len(apps) > 1:
             print(f"repdegen: {len(apps)} tables at scale {first.scale.name}: {', '.join(a.table.name for a in apps)}")
         run_status = run_cells(list(unique.values()), ledger, first, tables_of)
     not_done: set[str] = set()
     for app, cells in expanded:
-        rows, records = collect_rows(app, cells, ledger, run_status)
-        out = render(app, rows, records)
-        if cells and cells[0].cfg.logger.name == "wandb":  # one more wandb run: the table and its figures
+        rendered = render_latest(app, cells, ledger, run_status)
+        if rendered is not None and cells and cells[0].cfg.logger.name == "wandb":  # one more wandb run: the table
+            out, rows = rendered
             from reproduce.loggers import log_table
 
             log_table(app.table.name, app.scale.name, rows, list(app.table.columns), out,
@@ -526,11 +591,56 @@ _CELL_ARGS: list[str] = []
 _ORIGINAL_ARGV: list[str] = []
 
 
+def split_list(text: str) -> list[str]:
+    """``a=1,b=[2,3],"c=d"`` -> ``['a=1', 'b=[2,3]', 'c=d']``: split at the commas outside brackets and
+    quotes, and unquote quoted items."""
+    items, depth, quote, cur = [], 0, None, ""
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    items.append(cur)
+    out = []
+    for item in (i.strip() for i in items):
+        if len(item) >= 2 and item[0] == item[-1] and item[0] in "'\"":
+            item = item[1:-1]
+        if item:
+            out.append(item)
+    return out
+
+
+def overrides_arg(arg: str) -> list[str] | None:
+    """The training overrides of an ``overrides=[k=v,...]`` argument (the syntax ``conf/table_app.yaml``
+    documents, which Hydra's grammar rejects unquoted); None for any other argument."""
+    name, eq, value = arg.partition("=")
+    if not eq or name.lstrip("+") != "overrides":
+        return None
+    value = value.strip()
+    if not (value.startswith("[") and value.endswith("]")):
+        return None
+    return split_list(value[1:-1])
+
+
 def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
     """Split command-line overrides into the table app's own and those for every cell; a scale field
-    (``scale.max_epochs=3``) goes to both, since the cells compose their own copy of the scale."""
+    (``scale.max_epochs=3``) goes to both, since the cells compose their own copy of the scale.
+    ``overrides=[trainer.device=cpu,seed=2]`` (quoted or not) gives its items to every cell."""
     own, cell = [], []
     for arg in argv:
+        listed = overrides_arg(arg)
+        if listed is not None:
+            cell.extend(listed)
+            continue
         dotted = arg.lstrip("+~").split("=", 1)[0]
         key = dotted.split(".")[0]
         if key in CELL_KEYS:
@@ -570,7 +680,7 @@ def _main(app: DictConfig) -> None:
     app.overrides = [*app.overrides, *_CELL_ARGS]
     failed = exit_on_user_error(lambda a: run_tables(compose_table_apps(a)))(app)
     if failed:
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
 
 
 def main() -> None:
@@ -581,8 +691,8 @@ def main() -> None:
             try:
                 names = parse_table_names(arg.split("=", 1)[1])
             except ConfigError as err:
-                print(f"repdegen: error: {err}", file=sys.stderr)
-                sys.exit(2)
+                report_user_error(err)
+                sys.exit(EXIT_USER_ERROR)
             _TABLES[:] = names
             own[k] = f"table={names[0]}"
     _CELL_ARGS[:] = cell
@@ -591,12 +701,15 @@ def main() -> None:
     # was started with SIGINT ignored (a background job of a non-interactive shell)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    from reproduce.errors import install_hydra_error_handler
+
+    install_hydra_error_handler()
     try:
         _main()
     except KeyboardInterrupt:
         print("repdegen: interrupted; finished cells are in the ledger, and the same command continues the rest",
               file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ the config hash do not depend on the number of ranks):
     torchrun --standalone --nproc_per_node=4 -m reproduce.train experiment=yu2022/gpt2_wt103 objective=agg
     srun --ntasks-per-node=4 --gpus-per-task=1 python -m reproduce.train experiment=... trainer.resume=true
 
-Exit status: 0 complete (or already complete); 2 a user error (config, data); 3
-(:data:`EXIT_PREEMPTED`) stopped by SIGUSR1/SIGTERM (or ``trainer.stop_after_updates``) after writing a
-checkpoint -- the job is requeued under SLURM, elsewhere run the command again with
-``trainer.resume=true``; 1 anything else (a crash, a diverged run).
+Exit status (:mod:`reproduce.errors`): 0 complete (or already complete); 2 a user error (a bad config
+value, Hydra's composition errors included; missing or corrupt data, records or checkpoints; a read-only
+or full disk; the run being trained by another process); 3 (:data:`EXIT_PREEMPTED`) stopped by
+SIGUSR1/SIGTERM (or ``trainer.stop_after_updates``) after writing a checkpoint -- the job is requeued
+under SLURM, elsewhere run the command again with ``trainer.resume=true``; 1 anything else (a crash, a
+diverged run).
 """
 
 from __future__ import annotations
@@ -39,8 +41,17 @@ from losses import build_objective
 from models import build_model, resolve_tie
 from reproduce import distributed as dist
 from reproduce.config import config_hash, finalize, register_all
-from reproduce.errors import ConfigError, UserError, exit_on_user_error
-from reproduce.ledger import STATUS_COMPLETE, Ledger, RunLocked, atomic_write_json
+from reproduce.errors import EXIT_PREEMPTED, ConfigError, UserError, exit_on_user_error, mark_task_started
+from reproduce.ledger import (
+    STATUS_COMPLETE,
+    CorruptRecord,
+    Ledger,
+    RunLocked,
+    atomic_torch_save,
+    atomic_write_json,
+    check_torch_file,
+    remove_stale_temps,
+)
 from reproduce.loggers import make_logger
 from reproduce.provenance import command_line, git_commit, hardware
 from reproduce.tasks import check_world_size
@@ -48,10 +59,11 @@ from reproduce.trainer import Preempted, SimulatedInterrupt, Trainer, TrainingDi
 
 register_all()
 
-# `python -m reproduce.train` exits with this status when a preemption signal (or
+# `python -m reproduce.train` exits with EXIT_PREEMPTED (3) when a preemption signal (or
 # trainer.stop_after_updates) stopped the run after its checkpoint: run it again to continue
-EXIT_PREEMPTED = 3
 STATUS_PREEMPTED = "preempted"
+CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
+                          "(its record is kept), or restore the file from a copy")
 
 
 def load_any_corpus(dataset_cfg, cache_dir, verbose: bool = True):
@@ -106,6 +118,15 @@ def run_label(cfg: DictConfig) -> str:
     return f"{base}/{cfg.objective.name}"
 
 
+class RunLockedError(ConfigError):
+    """The run is being trained by another live process (``reproduce.launch`` reports it as running
+    elsewhere, not as failed)."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
 def train(cfg: DictConfig) -> dict:
     """Run (or finish, or look up) the experiment ``cfg`` describes; return its ledger record.
 
@@ -117,15 +138,20 @@ def train(cfg: DictConfig) -> dict:
     h = config_hash(cfg)
     dist.init_distributed(use_cuda=uses_cuda(cfg.trainer.device))
     check_world_size(cfg, dist.world_size())
-    ledger = Ledger(cfg.paths.runs_dir)
+    ledger = Ledger(cfg.paths.runs_dir, repair=True)
 
     def lock(stack: contextlib.ExitStack) -> None:
         try:
             stack.enter_context(ledger.lock(h))
         except RunLocked as err:
-            raise ConfigError(
-                f"{err}. Wait for it to finish (a complete run is reused, not repeated), or stop that process first"
-            ) from None
+            raise RunLockedError(
+                f"{err}. Wait for it to finish (a complete run is reused, not repeated), or stop that process first",
+                err.holder) from None
+        # temporary files of a write this run's last process was killed in (a full disk, kill -9)
+        removed = remove_stale_temps(ledger.run_dir(h))
+        if removed:
+            print(f"repdegen: removed {len(removed)} temporary file(s) an interrupted write left in "
+                  f"{ledger.run_dir(h)}: {', '.join(p.name for p in removed)}", flush=True)
 
     # from here on SIGUSR1/SIGTERM only ask for a stop at the next update boundary (after a checkpoint)
     with contextlib.ExitStack() as stack, dist.preemption_signals():
@@ -137,11 +163,20 @@ def _preflight(cfg: DictConfig, h: str, ledger: Ledger, resume: bool) -> dict | 
     """Rank 0's look at the ledger before any work: the record of a complete run (not run again), an
     error for an unfinished run without ``resume``, else the previous record to continue (or None)."""
     run_dir = ledger.run_dir(h)
-    previous = ledger.load(h)
+    checkpoint = run_dir / "checkpoint.pt"
+    try:
+        previous = Ledger(ledger.root).load(h)
+    except CorruptRecord as err:
+        if checkpoint.is_file() and not resume:  # change nothing; say how to go on
+            raise CorruptRecord(err.path, err.why, f"continue the run with trainer.resume=true (its record is then "
+                                                   f"moved aside, kept, and written anew from {checkpoint.name}), or "
+                                                   f"restore the file") from None
+        previous = ledger.load(h)  # the repairing ledger: moved aside, with a warning
     if previous is not None and previous.get("status") == STATUS_COMPLETE:
         print(f"repdegen: {run_label(cfg)} [{h}] is already complete in {run_dir}; not running it again")
         return previous
-    checkpoint = run_dir / "checkpoint.pt"
+    if checkpoint.is_file() and resume:  # a truncated checkpoint is reported before anything is written
+        check_torch_file(checkpoint, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=checkpoint))
     if checkpoint.is_file() and not resume:
         raise ConfigError(
             f"{run_dir} holds an unfinished run of this exact config (last checkpoint {checkpoint}). "
@@ -207,7 +242,7 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     if main:
         if getattr(corpus, "tokenizer", None) is not None:  # the run directory alone can translate/decode
             corpus.tokenizer.save(run_dir / "bpe.model")
-        torch.save(corpus.vocab.counts.clone(), run_dir / "vocab_counts.pt")  # frequency groups for the figures
+        atomic_torch_save(run_dir / "vocab_counts.pt", corpus.vocab.counts.clone())  # frequency groups for the figures
         logger = make_logger(cfg, run_dir, record["label"])
     trainer = Trainer(cfg, model, objective, corpus, run_dir, device, logger)
 
@@ -312,6 +347,7 @@ def _train_in_multirun(cfg: DictConfig) -> dict:
     """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
     (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
     exiting the process, and the job's ``run.json`` says why, for ``reproduce.aggregate``."""
+    mark_task_started()
     try:
         return train(cfg)
     except UserError as err:
@@ -350,4 +386,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    from reproduce.errors import install_hydra_error_handler
+
+    install_hydra_error_handler()
     main()

@@ -33,12 +33,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from analysis.metrics import embedding_metrics
 from reproduce import distributed as dist
 from reproduce.errors import UserError
-from reproduce.ledger import atomic_torch_save
+from reproduce.ledger import atomic_torch_save, load_torch_file
+from reproduce.progress import progress_bar
 from reproduce.tasks import make_task
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
@@ -234,7 +234,9 @@ class Trainer:
         path = self.checkpoint_path()
         if not path.is_file():
             return False
-        ckpt = torch.load(path, map_location=self.device, weights_only=False)
+        from reproduce.train import CORRUPT_CHECKPOINT_FIX
+
+        ckpt = load_torch_file(path, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=path), map_location=self.device)
         self.state = RunState(**ckpt["run_state"])
         self.model.load_state_dict(ckpt["model"])
         self.objective.load_state_dict(ckpt["objective"])
@@ -262,7 +264,10 @@ class Trainer:
         dist.barrier()  # the other ranks may read it next
 
     def load_weights(self, name: str) -> None:
-        blob = torch.load(self.run_dir / name, map_location=self.device, weights_only=False)
+        path = self.run_dir / name
+        blob = load_torch_file(path, "weights file", f"move the run directory {self.run_dir} aside and run the same "
+                               f"command again to train it over, or restore {name} from a copy",
+                               map_location=self.device)
         self.model.load_state_dict(blob["model"])
         self.objective.load_state_dict(blob["objective"])
 
@@ -352,8 +357,8 @@ class Trainer:
             task.restore_carried_state(resume["carried_state"])
         start = time.time()
         desc = f"{self.state.stage} epoch {epoch}"
-        bar = tqdm(total=len(groups), initial=first, desc=desc, disable=not (t.progress and self.is_main), leave=False,
-                   dynamic_ncols=True, mininterval=1.0)
+        bar = progress_bar(total=len(groups), initial=first, desc=desc, disable=not (t.progress and self.is_main),
+                           unit="update", leave=False, dynamic_ncols=True, mininterval=1.0)
         for step in range(first, len(groups)):
             if not self._updates_left():
                 break

@@ -13,7 +13,6 @@ one line out, in input order; empty input lines give empty output lines.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -23,10 +22,10 @@ import hydra
 import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
-from tqdm import tqdm
 
 from reproduce.config import GenerationConfig, register_all
 from reproduce.errors import ConfigError, DataError, exit_on_user_error
+from reproduce.progress import progress_bar
 
 register_all()
 
@@ -78,7 +77,24 @@ def _read_record(run_dir: Path) -> dict:
         raise ConfigError(
             f"{run_dir} has no result.json: checkpoint= must be a run directory of reproduce.train (or a file in one)"
         )
-    return json.loads(path.read_text())
+    from reproduce.ledger import read_record
+
+    return read_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
+
+
+def other_weights(weights: Path) -> str:
+    """What to try instead of an unreadable weights file: the run's other weights files."""
+    others = [n for n in (*WEIGHT_FILES, "checkpoint.pt") if n != weights.name and (weights.parent / n).is_file()]
+    if others:
+        return (f"give another weights file of the run ({', '.join(f'checkpoint={weights.parent / n}' for n in others)}), "
+                f"or restore {weights.name} from a copy")
+    return f"restore {weights.name} from a copy, or train the run again (move {weights.parent} aside first)"
+
+
+def load_weights_file(weights: Path) -> dict:
+    from reproduce.ledger import load_torch_file
+
+    return load_torch_file(weights, "weights file", other_weights(weights))
 
 
 def load_translator(checkpoint: str, device: torch.device):
@@ -96,7 +112,7 @@ def load_translator(checkpoint: str, device: torch.device):
         raise DataError(f"{run_dir} has no bpe.model (runs save their tokenizer there); rerun training or copy it from the cache")
     tokenizer = BPETokenizer.load(run_dir / "bpe.model")
     model = build_model(cfg.model, len(tokenizer), cfg.model.tie_weights)
-    blob = torch.load(weights, map_location="cpu", weights_only=False)
+    blob = load_weights_file(weights)
     model.load_state_dict(blob["model"])
     return model.to(device).eval(), tokenizer, cfg, weights
 
@@ -109,7 +125,7 @@ def translate_lines(model, tokenizer, lines: list[str], gen, device, progress: b
     order = sorted(range(len(lines)), key=lambda i: len(encoded[i]))
     out = [""] * len(lines)
     todo = [i for i in order if lines[i].strip()]
-    bar = tqdm(total=len(todo), desc="translate", disable=not progress, unit="sent", dynamic_ncols=True)
+    bar = progress_bar(total=len(todo), desc="translate", disable=not progress, unit="sent", dynamic_ncols=True)
     for k in range(0, len(todo), gen.batch_size):
         idx = todo[k : k + gen.batch_size]
         width = max(len(encoded[i]) for i in idx)
@@ -162,4 +178,7 @@ def main(app: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from reproduce.errors import install_hydra_error_handler
+
+    install_hydra_error_handler()
     main()
