@@ -81,14 +81,20 @@ def atomic_write_bytes(path: Path, write) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        full = _as_disk_full(err, path)
-        if full is not err:
-            raise full from None
+        _discard_temp(tmp, err, path)
         raise
+
+
+def _discard_temp(tmp, err: BaseException, path: Path) -> None:
+    """After a failed write of ``path`` through ``tmp``: remove the temp file; a full disk becomes the
+    user error that names ``path`` (raised here); any other error is re-raised by the caller."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    full = _as_disk_full(err, path)
+    if full is not err:
+        raise full from None
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -155,13 +161,7 @@ def cache_write(path: Path, write) -> None:
         write(tmp)
         os.replace(tmp, path)
     except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        full = _as_disk_full(err, path)
-        if full is not err:
-            raise full from None
+        _discard_temp(tmp, err, path)
         raise
 
 
