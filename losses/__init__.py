@@ -24,11 +24,9 @@ register_objective = OBJECTIVES.register
 class ObjectiveOutput:
     """``token_loss``: the per-token objective averaged over the tokens of the batch (the trainer
     multiplies it by the BPTT length under ``loss_reduction=sum_over_time``).
-    ``reg_loss``: a once-per-step penalty on parameters (CosReg), never scaled by the token count.
     ``nll``: the plain softmax NLL, mean over tokens, detached: what the progress bar reports."""
 
     token_loss: torch.Tensor
-    reg_loss: torch.Tensor | float
     nll: torch.Tensor
     # extra detached scalars (tensors: reading them would force a device sync on every step)
     logs: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -39,24 +37,26 @@ class TokenLayout:
     """Where the N flattened rows of ``hidden``/``targets`` come from, for objectives that need the
     sequence structure (unlikelihood's "previous targets of the same sequence"): row i is position
     ``pos[i]`` of sequence ``seq[i]`` (a BPTT column of the current segment, or a translation
-    target sentence); within a sequence, rows appear in increasing ``pos``."""
+    target sentence); within a sequence, rows appear in increasing ``pos``. ``length``: an upper
+    bound of ``pos`` + 1 known on the host (None: read from ``pos``, one device sync)."""
 
     seq: torch.Tensor  # (N,) long
     pos: torch.Tensor  # (N,) long
     n_seq: int
+    length: int | None = None
 
     @staticmethod
     def time_major(T: int, B: int, device=None) -> TokenLayout:
         """Rows of a (T, B) block flattened time-major (BPTT streams): row t*B + b."""
         pos = torch.arange(T, device=device).repeat_interleave(B)
         seq = torch.arange(B, device=device).repeat(T)
-        return TokenLayout(seq, pos, B)
+        return TokenLayout(seq, pos, B, T)
 
     @staticmethod
     def from_mask(mask: torch.Tensor) -> TokenLayout:
         """Rows = the True entries of a (B, T) mask in row-major order (padded translation targets)."""
         seq, pos = mask.nonzero(as_tuple=True)
-        return TokenLayout(seq, pos, mask.size(0))
+        return TokenLayout(seq, pos, mask.size(0), mask.size(1))
 
 
 class Objective(nn.Module):
@@ -71,6 +71,11 @@ class Objective(nn.Module):
         """Called by the trainer before training (and before a checkpoint is loaded) with what a
         stateful objective may need: AGG's counter memory spans ``updates_per_epoch`` updates, special
         symbols are never rare, the freezing experiments read the training counts and the model."""
+
+    def update_penalty(self, model, step: int) -> None:
+        """Called by the trainer once per optimizer update ``step``, after the backward passes of all its
+        micro-batches and before clipping: a penalty on parameters (CosReg, SC) adds its gradient to
+        ``param.grad`` here (``losses.add_to_grad``), so it is paid once per update, never per micro-batch."""
 
     def after_update(self, model, step: int) -> None:
         """Called by the trainer after optimizer update ``step`` (the freezing experiments restore rows)."""
@@ -87,6 +92,15 @@ class Objective(nn.Module):
         return (1.0 - eps) * nll + eps * smooth, nll.detach()
 
 
+def add_to_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """``param.grad += grad`` (creating it if absent), in the parameter's dtype."""
+    grad = grad.to(param.dtype)
+    if param.grad is None:
+        param.grad = grad.clone()
+    else:
+        param.grad.add_(grad)
+
+
 def validate_objective(cfg: Any) -> None:
     OBJECTIVES.entry(cfg)[0].validate_config(cfg)
 
@@ -101,4 +115,4 @@ def objective_names() -> list[str]:
     return OBJECTIVES.names()
 
 
-from losses import adv_mle, agg, al, cosreg, freeze, mle, sc, ul, ul_agg  # noqa: E402,F401  (register the objectives)
+from losses import adv_mle, agg, al, cosreg, freeze, fused, mle, sc, ul, ul_agg  # noqa: E402,F401  (register the objectives)

@@ -86,7 +86,7 @@ class AdvMLE(Objective):
         logits = model.logits(hidden)
         if not self.training or self.cfg.eps == 0:
             loss, nll = self.token_nll(logits, targets)
-            return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll)
+            return ObjectiveOutput(token_loss=loss, nll=nll)
         with torch.no_grad():
             nll = nn.functional.cross_entropy(logits, targets)
         shift, active = adversarial_target_shift(hidden, targets, model.output_embedding, self.cfg.eps, self.cfg.relative)
@@ -100,4 +100,4 @@ class AdvMLE(Objective):
             perturbed = upcast.index_put_(index, shift.to(upcast.dtype), accumulate=True)
         loss, adv_nll = self.token_nll(perturbed, targets)
         logs = {"adv_nll": adv_nll, "adv_active": active.float().mean()}
-        return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll.detach(), logs=logs)
+        return ObjectiveOutput(token_loss=loss, nll=nll.detach(), logs=logs)

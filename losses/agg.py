@@ -50,8 +50,8 @@ otherwise. An output bias (the fairseq models have none) is gated like W. The lo
 ``(1 - eps) NLL + eps mean_k(-log p_k)`` (the official MT loss: eps / V on every class).
 
 ``implementation``:
-  * ``fused`` (default): one logits matmul and a custom autograd function whose backward gives h the
-    ungated and W/b the gated gradient; at most one (N, V) logits tensor is kept for backward.
+  * ``fused`` (default): one logits matmul and a custom autograd function (``losses/fused.py``) whose
+    backward gives h the ungated and W/b the gated gradient; one (N, V) tensor is kept for backward.
   * ``literal``: the three-logit construction above, as the official code (three (N, V) logits).
 Both give the same loss and gradients (tests/test_agg.py).
 
@@ -80,6 +80,7 @@ import torch.distributed as dist
 from torch import nn
 
 from losses import Objective, ObjectiveOutput, register_objective
+from losses.fused import fused_softmax_loss
 from reproduce.errors import ConfigError
 
 IMPLEMENTATIONS = ("fused", "literal")
@@ -110,54 +111,6 @@ def agg_gates(appearance: torch.Tensor, rare: torch.Tensor, gate1: bool = True, 
     ratio = torch.where(mean_rare > 0, appearance / mean_rare.clamp(min=torch.finfo(appearance.dtype).tiny), 0.0)
     g2 = torch.where(rare, ratio.clamp(max=1.0), ones)
     return g1, g2
-
-
-class _FusedAGG(torch.autograd.Function):
-    """``(loss, nll)`` of the AGG objective from one logits matmul. ``loss`` = 2 x the (smoothed)
-    mean NLL, as the three-logit form; backward: h gets ``(p - q) W``, W and b get the same logit
-    gradient scaled column-wise by g1 (rows with a non-rare target) or g2 (rare target), the
-    target's own entry ungated. q = (1 - eps) onehot(y) + eps / V."""
-
-    @staticmethod
-    def forward(ctx, h, W, b, targets, g1, g2, rare_rows, eps):
-        logits = nn.functional.linear(h, W, b)  # bf16 under autocast
-        acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        z = logits.to(acc)
-        lse = torch.logsumexp(z, dim=-1)
-        nll_rows = lse - z.gather(1, targets.unsqueeze(1)).squeeze(1)
-        per_row = nll_rows if not eps else (1.0 - eps) * nll_rows + eps * (lse - z.mean(-1))
-        del z
-        ctx.save_for_backward(h, W, b, logits, lse, targets, g1, g2, rare_rows)
-        ctx.eps = eps
-        nll = nll_rows.mean()
-        ctx.mark_non_differentiable(nll)
-        return 2.0 * per_row.mean(), nll
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_nll):
-        h, W, b, logits, lse, targets, g1, g2, rare_rows = ctx.saved_tensors
-        eps = ctx.eps
-        n, v = logits.shape
-        acc, cdt = lse.dtype, logits.dtype
-        # dL/dz = (softmax(z) - q) / N, for the h path (z0) and, gated, for the W path (z1 / z2)
-        gz = logits.to(acc, copy=True).sub_(lse.unsqueeze(1)).exp_()
-        if eps:
-            gz.sub_(eps / v)
-        col = targets.unsqueeze(1)
-        gz.scatter_(1, col, gz.gather(1, col) - (1.0 - eps))  # one entry per row: no atomics
-        gz.mul_(grad_loss.to(acc) / n)
-        grad_h = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_h = (gz.to(cdt) @ W.to(cdt)).to(h.dtype)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            own = gz.gather(1, col)
-            gz.mul_(torch.where(rare_rows.unsqueeze(1), g2.to(acc), g1.to(acc)))
-            gz.scatter_(1, col, own)  # the target's own logit: gate 1
-            if ctx.needs_input_grad[1]:
-                grad_w = (gz.to(cdt).t() @ h.to(cdt)).to(W.dtype)
-            if b is not None and ctx.needs_input_grad[2]:
-                grad_b = gz.sum(0).to(b.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
 @register_objective("agg", AGGConfig)
@@ -285,6 +238,12 @@ class AGG(Objective):
 
     # -- loss ---------------------------------------------------------------------------------------
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        g1, g2, rare_rows, logs = self.gates(targets, step, hidden.dtype)
+        loss, nll, extra = self.gated_loss(hidden, targets, model, g1, g2, rare_rows, layout)
+        return ObjectiveOutput(token_loss=loss, nll=nll.detach(), logs={**logs, **extra})
+
+    def gates(self, targets: torch.Tensor, step: int, dtype: torch.dtype):
+        """(g1, g2, rare_rows, logs): record the batch (training), group, and gate (Yu eq. 5-8)."""
         if self.training:
             if self._needs_setup:
                 raise RuntimeError("AGG.setup(updates_per_epoch, special_ids, ...) must run before training (K = one epoch)")
@@ -292,15 +251,19 @@ class AGG(Objective):
         a, rare = self.groups(step)
         g1, g2 = agg_gates(a, rare, self.cfg.gate1, self.cfg.gate2)
         rare_rows = rare[targets]
-        dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-        g1, g2 = g1.to(dtype), g2.to(dtype)
+        dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        logs = {"rare_count": rare.sum().detach(), "rare_target_frac": rare_rows.float().mean().detach()}
+        return g1.to(dtype), g2.to(dtype), rare_rows, logs
+
+    def gated_loss(self, hidden, targets, model, g1, g2, rare_rows, layout):
+        """(loss, nll, extra logs) of the gated objective: AGG's; UL+AGG adds its UL term."""
         loss_fn = self.fused_loss if self.cfg.implementation == "fused" else self.literal_loss
         loss, nll = loss_fn(hidden, model.output_embedding, model.output_bias, targets, g1, g2, rare_rows)
-        logs = {"rare_count": rare.sum().detach(), "rare_target_frac": rare_rows.float().mean().detach()}
-        return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll.detach(), logs=logs)
+        return loss, nll, {}
 
     def fused_loss(self, h, W, b, targets, g1, g2, rare_rows):
-        return _FusedAGG.apply(h, W, b, targets, g1, g2, rare_rows, float(self.label_smoothing))
+        loss, nll, _ = fused_softmax_loss(h, W, b, targets, self.label_smoothing, gates=(g1, g2, rare_rows))
+        return loss, nll
 
     def literal_loss(self, h, W, b, targets, g1, g2, rare_rows):
         """The official three-logit form (one device sync for the row split)."""

@@ -110,7 +110,7 @@ class AugmentedLoss(Objective):
             total = cfg.beta * cfg.temperature**2 * logits.size(-1) * aug + (1.0 - cfg.beta) * loss
         else:
             total = loss + cfg.alpha * aug
-        return ObjectiveOutput(token_loss=total, reg_loss=0.0, nll=nll, logs={"aug_loss": aug.detach()})
+        return ObjectiveOutput(token_loss=total, nll=nll, logs={"aug_loss": aug.detach()})
 
     @torch.no_grad()
     def after_update(self, model, step: int) -> None:

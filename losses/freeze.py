@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from losses import Objective, ObjectiveOutput, register_objective
-from losses.agg import _FusedAGG
+from losses.fused import fused_softmax_loss
 from reproduce.errors import ConfigError
 
 MODES = ("embedding", "parts")
@@ -116,12 +116,12 @@ class Freeze(Objective):
         self._active = self.training and self.frozen(step)
         if self.cfg.mode == "embedding" or not self._active:
             loss, nll = self.token_nll(model.logits(hidden), targets)
-            return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll)
+            return ObjectiveOutput(token_loss=loss, nll=nll)
         dtype = torch.float64 if hidden.dtype == torch.float64 else torch.float32
         ones = torch.ones(self.vocab_size, dtype=dtype, device=hidden.device)
         zero_rare = (~self.rare).to(dtype)
         g1 = zero_rare if "b" in self.cfg.parts else ones
         g2 = zero_rare if "c" in self.cfg.parts else ones
-        loss, nll = _FusedAGG.apply(hidden, model.output_embedding, model.output_bias, targets, g1, g2,
-                                    self.rare[targets], float(self.label_smoothing))
-        return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll.detach())
+        loss, nll, _ = fused_softmax_loss(hidden, model.output_embedding, model.output_bias, targets,
+                                          self.label_smoothing, gates=(g1, g2, self.rare[targets]))
+        return ObjectiveOutput(token_loss=loss, nll=nll.detach())

@@ -43,7 +43,7 @@ class MLE(Objective):
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
         loss, nll = self.token_nll(model.logits(hidden), targets)
-        return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll)
+        return ObjectiveOutput(token_loss=loss, nll=nll)
 
 
 @register_objective("re", REConfig)

@@ -14,7 +14,7 @@ objective owns only the loss, so instead of new parameters (U, sigma, V) this ob
 singular values of the model's existing output embedding (the tied matrix when tied),
 sigma = ``torch.linalg.svdvals(W)`` in float32 (float64 kept), differentiable (d sigma_k / dW = u_k v_k^T). Its SVD factors
 are exactly orthogonal, so the paper's orthogonality penalties on U and V are identically zero and vanish;
-what remains is the prior penalty R, added once per optimizer step as ``reg_loss`` (like CosReg). The
+what remains is the prior penalty R, applied once per optimizer update by ``update_penalty`` (like CosReg). The
 optimisation path differs from the paper's (gradients reach sigma through W rather than directly),
 the fixed point sought is the same kind of spectrum.
 
@@ -31,7 +31,7 @@ and to about 0.15 at k = 512 (exp(-0.08 sqrt(k)), i.e. exponential with gamma = 
 far slower than the MLE spectra plotted by Gao et al. (2019) and Wang et al. (2020).
 
 Cost: one SVD of the V x d matrix, O(V d^2) time and O(V d) memory, for the value and again for its
-gradient, every ``every`` optimizer updates. On other updates reg_loss is 0; on the updates that compute it
+gradient, every ``every`` optimizer updates. On other updates there is no penalty; on the updates that compute it
 the penalty is multiplied by ``every`` ("lazy regularization", as StyleGAN2's lazy R1), so its gradient
 averaged over updates equals that of the every-update penalty and ``lambda_prior`` keeps its meaning at any
 period. For V = 44k, d = 1024 that is ~5e10 flops per computation.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from losses import Objective, ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveOutput, add_to_grad, register_objective
 from reproduce.errors import ConfigError
 
 PRIORS = ("polynomial", "exponential")
@@ -94,6 +94,7 @@ class SpectrumControl(Objective):
         super().__init__()
         self.cfg = cfg
         self._prior: torch.Tensor | None = None
+        self.last_penalty: torch.Tensor | None = None  # R(W) at the last update that computed it
 
     @staticmethod
     def validate_config(cfg) -> None:
@@ -123,11 +124,20 @@ class SpectrumControl(Objective):
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
         loss, nll = self.token_nll(model.logits(hidden), targets)
+        logs = {"sc_penalty": self.last_penalty} if self.last_penalty is not None else {}
+        return ObjectiveOutput(token_loss=loss, nll=nll, logs=logs)
+
+    def update_penalty(self, model, step: int) -> None:
+        """every x lambda_prior x dR/dW added to the output embedding's gradient on the updates
+        ``step % every == 0`` (lazy regularization: the mean pull is lambda_prior's); autograd of the
+        SVD on a detached copy of W."""
         cfg = self.cfg
-        if not self.training or cfg.lambda_prior == 0 or step % cfg.every != 0:
-            return ObjectiveOutput(token_loss=loss, reg_loss=0.0, nll=nll)
+        if cfg.lambda_prior == 0 or step % cfg.every != 0:
+            return
         weight = model.output_embedding
-        penalty = spectrum_penalty(weight, self.prior(min(weight.shape), weight.device), cfg.normalize)
-        logs = {"sc_penalty": penalty.detach()}
-        # lazy regularization: x every on the updates that compute it, so the mean pull is lambda's
-        return ObjectiveOutput(token_loss=loss, reg_loss=cfg.every * cfg.lambda_prior * penalty, nll=nll, logs=logs)
+        with torch.enable_grad():
+            w = weight.detach().requires_grad_(True)
+            penalty = spectrum_penalty(w, self.prior(min(w.shape), w.device), cfg.normalize)
+            (grad,) = torch.autograd.grad(penalty, w)
+        add_to_grad(weight, grad.mul_(cfg.every * cfg.lambda_prior))
+        self.last_penalty = penalty.detach()

@@ -21,7 +21,10 @@ once), and row t gathers its sequence's grid row, keeping position j when j < po
 occurrence and grid[j] != y_t. Memory is O(N L) (indices and gathered log-probabilities), never
 O(N L V) and not even an (N, V) mask; L is the longest sequence in the batch.
 
-``unlikelihood_token_sum`` is exposed for objectives that add UL to another loss (UL + AGG of Yu et al.).
+Training computes the loss with :func:`losses.fused.fused_softmax_loss`: one ``log_softmax`` gives both the
+NLL and the candidates' probabilities, and the backward forms the logit gradient in place (no second
+normaliser, no dense scatter for the gather's gradient, no host sync when the layout knows its length).
+``unlikelihood_token_sum`` is the plain autograd form, kept as the reference the tests compare against.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from losses import Objective, ObjectiveOutput, TokenLayout, register_objective
+from losses.fused import fused_softmax_loss
 from reproduce.errors import ConfigError
 
 
@@ -52,7 +56,7 @@ def unlikelihood_candidates(targets: torch.Tensor, layout: TokenLayout) -> tuple
         empty = torch.zeros((0, 0), dtype=torch.long, device=device)
         return empty, empty.bool()
     seq, pos = layout.seq.to(device), layout.pos.to(device)
-    length = int(pos.max()) + 1
+    length = layout.length if layout.length is not None else int(pos.max()) + 1
     sentinel = -1  # empty grid cells (padding, positions absent from the layout); never a token id
     grid = torch.full((layout.n_seq, length), sentinel, dtype=torch.long, device=device)
     grid[seq, pos] = targets
@@ -98,7 +102,7 @@ class Unlikelihood(Objective):
             )
         if layout.seq.numel() != targets.numel():
             raise ValueError(f"layout has {layout.seq.numel()} rows but there are {targets.numel()} targets")
-        logits = model.logits(hidden)
-        loss, nll = self.token_nll(logits, targets)
-        ul = unlikelihood_token_sum(logits, targets, layout) / max(targets.numel(), 1)
-        return ObjectiveOutput(token_loss=loss + self.cfg.alpha * ul, reg_loss=0.0, nll=nll, logs={"ul_loss": ul.detach()})
+        loss, nll, ul = fused_softmax_loss(hidden, model.output_embedding, model.output_bias, targets,
+                                           self.label_smoothing, candidates=unlikelihood_candidates(targets, layout),
+                                           alpha=self.cfg.alpha)
+        return ObjectiveOutput(token_loss=loss, nll=nll, logs={"ul_loss": ul})

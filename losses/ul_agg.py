@@ -6,6 +6,15 @@ unlikelihood term of ``losses/ul.py`` (Welleck et al. 2020: candidates = previou
 same sequence, ``-log(clamp(1 - p, 1e-5))``, summed and divided by the number of tokens). The UL term
 uses the ungated logits (its gradient reaches h and W as in plain UL); AGG gates only the NLL's
 gradient to rare output embeddings. The reported ``nll`` is the plain NLL.
+
+``implementation=fused`` (default) computes both from one logits matmul and one ``log_softmax``
+(``losses/fused.py``); ``literal`` is AGG's three-logit form plus the autograd UL term on a fourth
+logits matmul (the reference the tests compare against).
+
+``ul_agg_gated`` is a variant, not a row of the paper: AGG's gates applied to the UL term's gradient
+to W as well (a rare token's embedding is then pushed away by UL only as much as the gate lets the NLL
+push it). It exists to diagnose the UL+AGG perplexity cost of our lite runs (results/NOTES.md), and has
+only the fused implementation.
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ import torch
 
 from losses import ObjectiveOutput, register_objective
 from losses.agg import AGG, AGGConfig
-from losses.ul import unlikelihood_token_sum
+from losses.fused import fused_softmax_loss
+from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
 from reproduce.errors import ConfigError
 
 
@@ -26,8 +36,15 @@ class ULAGGConfig(AGGConfig):
     alpha_ul: float = 1.0  # the UL weight (Welleck et al.; Yu Table 12)
 
 
+@dataclass
+class ULAGGGatedConfig(ULAGGConfig):
+    name: str = "ul_agg_gated"
+
+
 @register_objective("ul_agg", ULAGGConfig)
 class ULAGG(AGG):
+    gate_ul = False  # AGG gates the NLL part of W's gradient only
+
     @staticmethod
     def validate_config(cfg) -> None:
         AGG.validate_config(cfg)
@@ -36,9 +53,32 @@ class ULAGG(AGG):
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
         if layout is None:
-            raise ValueError("objective=ul_agg needs the rows' sequence layout (layout=TokenLayout(...)), as objective=ul")
-        out = super().forward(hidden, targets, model, step, layout)
+            raise ValueError(
+                f"objective={self.cfg.name} needs the rows' sequence layout (layout=TokenLayout(...)), as objective=ul"
+            )
+        return super().forward(hidden, targets, model, step, layout)
+
+    def gated_loss(self, hidden, targets, model, g1, g2, rare_rows, layout):
+        W, b = model.output_embedding, model.output_bias
+        if self.cfg.implementation == "fused":
+            loss, nll, ul = fused_softmax_loss(
+                hidden, W, b, targets, self.label_smoothing, gates=(g1, g2, rare_rows),
+                candidates=unlikelihood_candidates(targets, layout), alpha=self.cfg.alpha_ul, gate_ul=self.gate_ul)
+            return loss, nll, {"ul_loss": ul}
+        loss, nll = self.literal_loss(hidden, W, b, targets, g1, g2, rare_rows)
         ul = unlikelihood_token_sum(model.logits(hidden), targets, layout) / max(targets.numel(), 1)
-        out.token_loss = out.token_loss + self.cfg.alpha_ul * ul
-        out.logs["ul_loss"] = ul.detach()
-        return out
+        return loss + self.cfg.alpha_ul * ul, nll, {"ul_loss": ul.detach()}
+
+
+@register_objective("ul_agg_gated", ULAGGGatedConfig)
+class ULAGGGated(ULAGG):
+    gate_ul = True
+
+    @staticmethod
+    def validate_config(cfg) -> None:
+        ULAGG.validate_config(cfg)
+        if cfg.implementation != "fused":
+            raise ConfigError(
+                f"objective.implementation={cfg.implementation!r}: ul_agg_gated has only the fused implementation "
+                "(set objective.implementation=fused)"
+            )

@@ -51,6 +51,10 @@ class LSTMLMConfig:
     tied_output_bias: bool = False
 
 
+# added to the output gate's pre-activation of a dropped unit: sigmoid(-1e4) is exactly 0 in float32/bfloat16
+CLOSED_GATE = -1.0e4
+
+
 def lstm_layer(
     x: torch.Tensor,
     h0: torch.Tensor,
@@ -59,21 +63,36 @@ def lstm_layer(
     w_hh: torch.Tensor,
     bias: torch.Tensor,
     recurrent_mask: torch.Tensor | None = None,
+    mask_scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One LSTM layer over a (T, B, in) sequence; returns (outputs, h_T, c_T).
 
     Without ``recurrent_mask`` this is the fused ``torch.lstm`` kernel (cuDNN on GPU). With a (B, H)
-    mask, each step's output h is multiplied by the mask before it is emitted and fed back, which no
-    fused kernel does, so the steps run in a loop (the input projection is still one matmul).
+    mask, each step's output h is multiplied by the mask before it is emitted and fed back (the
+    VD-LSTM). No kernel takes such a mask, but a dropout mask (values 0 and ``mask_scale`` = 1 / (1 - p))
+    fits one exactly when ``mask_scale`` is given:
+
+    * the 0/1 part closes the output gate of each dropped (example, unit): the mask's complement enters
+      as H extra input columns whose weights add ``CLOSED_GATE`` to that unit's o-gate pre-activation,
+      so sigmoid(o) = 0 and h = 0 exactly; the cell state c is untouched, as in the step loop;
+    * the scale is folded into the recurrent weight (``mask_scale * w_hh``, shared by all examples) and
+      into the outputs, and the incoming state is divided by it.
+
+    The result equals the step loop up to float rounding (``tests/test_models.py``), for the price of
+    an input projection H columns wider. Without ``mask_scale`` the steps run in a Python loop (the
+    reference form).
     """
     if recurrent_mask is None:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
-            out, h_n, c_n = torch.lstm(
-                x, (h0.unsqueeze(0), c0.unsqueeze(0)), [w_ih, w_hh, bias, torch.zeros_like(bias)],
-                True, 1, 0.0, False, False, False,
-            )
-        return out, h_n.squeeze(0), c_n.squeeze(0)
+        return _fused_lstm(x, h0, c0, w_ih, w_hh, bias)
+    if mask_scale is not None:
+        T, B, H = x.size(0), x.size(1), h0.size(1)
+        closed = (recurrent_mask == 0).to(x.dtype)
+        x_aug = torch.cat([x, closed.unsqueeze(0).expand(T, B, H)], dim=-1)
+        gate_block = torch.zeros(4 * H, H, dtype=w_ih.dtype, device=w_ih.device)
+        gate_block[3 * H :] = CLOSED_GATE * torch.eye(H, dtype=w_ih.dtype, device=w_ih.device)
+        w_ih_aug = torch.cat([w_ih, gate_block], dim=1)
+        out, h_n, c_n = _fused_lstm(x_aug, h0 / mask_scale, c0, w_ih_aug, w_hh * mask_scale, bias)
+        return out * mask_scale, h_n * mask_scale, c_n
     gates_x = torch.addmm(bias, x.reshape(-1, x.size(-1)), w_ih.t()).view(x.size(0), x.size(1), -1)
     h, c = h0, c0
     outputs = []
@@ -84,6 +103,16 @@ def lstm_layer(
         h = torch.sigmoid(o) * torch.tanh(c) * recurrent_mask
         outputs.append(h)
     return torch.stack(outputs), h, c
+
+
+def _fused_lstm(x, h0, c0, w_ih, w_hh, bias):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
+        out, h_n, c_n = torch.lstm(
+            x, (h0.unsqueeze(0), c0.unsqueeze(0)), [w_ih, w_hh, bias, torch.zeros_like(bias)],
+            True, 1, 0.0, False, False, False,
+        )
+    return out, h_n.squeeze(0), c_n.squeeze(0)
 
 
 class LSTMLayerParams(nn.Module):
@@ -167,7 +196,8 @@ class LSTMLanguageModel(LanguageModel):
         new_state = []
         for layer, (h0, c0) in zip(self.layers, state):
             mask = _dropout_mask((B, self.cfg.hidden_size), p, x) if variational else None
-            x, h_n, c_n = lstm_layer(x, h0, c0, layer.weight_ih, layer.weight_hh, layer.bias, mask)
+            x, h_n, c_n = lstm_layer(x, h0, c0, layer.weight_ih, layer.weight_hh, layer.bias, mask,
+                                     mask_scale=1.0 / (1.0 - p) if variational else None)
             if drop and not variational:
                 x = nn.functional.dropout(x, p, training=True)
             new_state.append((h_n, c_n))

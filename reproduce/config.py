@@ -203,6 +203,11 @@ class TrainerConfig:
     # over that many local GPUs (or tasks on a SLURM node). The batch settings are global, so the
     # result does not depend on it: run control, not part of the config hash
     gpus: int = 1
+    # torch.compile the model's forward (run control: same results within float tolerance, so not in the
+    # config hash). compile_backend: inductor (the default of torch.compile; needs a C++ compiler on the
+    # CPU), or aot_eager / eager to check a model traces without code generation
+    compile: bool = False
+    compile_backend: str = "inductor"
     # ---- update-based training (Transformers) ---------------------------------------------------
     # stateless LMs (Transformers): visit the contiguous bptt-token blocks in a new random order
     # every epoch (fairseq shuffles its blocks); recurrent models always read the stream in order
@@ -341,6 +346,8 @@ HASH_EXCLUDED = (
     "trainer.stop_after_epochs",
     "trainer.stop_after_updates",
     "trainer.gpus",
+    "trainer.compile",
+    "trainer.compile_backend",
     "scale.gpus",
 )
 

@@ -161,7 +161,7 @@ class LMTask:
         layout = TokenLayout.time_major(y.size(0), y.size(1), y.device)
         result = objective(out.hidden.reshape(-1, out.hidden.size(-1)), y.reshape(-1), model, update, layout=layout)
         scale = seq_len if self.t.loss_reduction == "sum_over_time" else 1.0
-        loss = result.token_loss * scale + result.reg_loss + model.regularization(out)
+        loss = result.token_loss * scale + model.regularization(out)
         self.last_logs = result.logs
         return loss, result.nll.double() * y.numel(), y.numel()
 
@@ -288,7 +288,7 @@ class TranslationTask:
         hidden, target, mask = self._forward(model, self.corpus.train, part)
         result = objective(hidden, target, model, update, layout=TokenLayout.from_mask(mask))
         self.last_logs = result.logs
-        return result.token_loss + result.reg_loss, result.nll.double() * target.numel(), target.numel()
+        return result.token_loss, result.nll.double() * target.numel(), target.numel()
 
     def _empty_shard(self, model, objective, update: int):
         """A rank without sentences in this micro-batch still calls the objective, on zero rows, so the

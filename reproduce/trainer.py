@@ -11,8 +11,14 @@ the run.
 Distributed data parallel (``torchrun``/``srun``, one process per device): the config's batch is the
 *global* batch and every micro-batch is sharded over the ranks by the task (LM: columns ``r::W`` of
 the BPTT stream; translation: sentences ``r::W`` of each bucket), so the same config trains the same
-model at any world size. Gradients are synchronised by :meth:`Trainer.sync_gradients`, not by
-``DistributedDataParallel``; see its docstring for why. Every rank holds the same weights and the
+model at any world size. Gradients are synchronised by ``torch.nn.parallel.DistributedDataParallel``
+around :class:`TrainStep` (model and objective in one module: the loss is formed by the objective
+from the model's hidden states), bucketed and overlapping the backward pass, with ``no_sync`` on all
+but the last micro-batch of an update. DDP averages over the ranks; each rank backpropagates its
+shard's mean loss times (its shard's target tokens / the update's target tokens on all ranks) x the
+world size, so the average is the single-process gradient of the same global micro-batches. A rank
+whose shard of the last micro-batch is empty (a translation bucket with fewer sentences than ranks)
+still joins the all-reduce with a zero loss over every parameter. Every rank holds the same weights and the
 same optimizer state; metrics are reduced as (sum, count), so every rank takes the same decisions
 (early stopping, NT-ASGD, best weights); rank 0 alone prints, writes files and runs the final
 extras (group metrics, BLEU) while the others wait.
@@ -134,6 +140,23 @@ def averaged_weights(params, optimizer):
                 p.copy_(s)
 
 
+class TrainStep(torch.nn.Module):
+    """Model and objective as one module, whose forward is the task's loss of one micro-batch: what
+    ``DistributedDataParallel`` wraps. ``always_loss``: for a rank whose shard is empty, a zero loss
+    over every parameter instead of None, so that it joins the gradient all-reduce."""
+
+    def __init__(self, model, objective, task):
+        super().__init__()
+        self.model, self.objective = model, objective
+        self.task = task  # not a module: its state (the carried recurrent state) is the trainer's
+
+    def forward(self, batch, update: int, always_loss: bool = False):
+        loss, nll_sum, n_tok = self.task.loss(self.model, self.objective, batch, update)
+        if loss is None and always_loss:
+            loss = sum(p.reshape(-1)[0] * 0.0 for p in self.parameters() if p.requires_grad)
+        return loss, nll_sum, n_tok
+
+
 class Trainer:
     def __init__(self, cfg, model, objective, corpus, run_dir: Path, device: torch.device, logger=None):
         self.cfg = cfg
@@ -148,6 +171,15 @@ class Trainer:
         self.is_main = dist.is_main()  # rank 0: prints, progress bars, files
         self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
         self.task = make_task(cfg, corpus, model, device)
+        # trainer.compile: the model's forward compiled (torch.compile); the loss and the optimizer stay eager
+        self.forward_model = torch.compile(model, backend=self.t.compile_backend) if self.t.compile else model
+        self.ddp = None
+        if dist.is_distributed():
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [device.index if device.index is not None else dist.device_index()] if device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(TrainStep(self.forward_model, objective, self.task), device_ids=ids,
+                                               broadcast_buffers=False)
         if hasattr(objective, "setup"):
             specials = [corpus.vocab.stoi[s] for s in SPECIAL_SYMBOLS if s in corpus.vocab.stoi]
             objective.setup(updates_per_epoch=self.task.updates_per_epoch(), special_ids=specials,
@@ -275,46 +307,6 @@ class Trainer:
     def _updates_left(self) -> bool:
         return self.t.max_updates is None or self.state.updates < self.t.max_updates
 
-    def sync_gradients(self) -> None:
-        """Sum the gradients over the ranks: one flattened all-reduce per update (per parameter dtype;
-        in practice one), after the last micro-batch's backward pass.
-
-        Each rank backpropagates, for every micro-batch of the update, its shard's mean loss times
-        (its shard's target tokens / the update's target tokens on all ranks), so the sum over the
-        ranks is the single-process gradient of the same global micro-batches: the token-weighted
-        mean of Trainer.train_epoch. Why not ``DistributedDataParallel``:
-
-        * the loss is not formed inside ``model.forward``: the objective reads ``model.output_embedding``
-          itself (AGG through a custom autograd Function), may own parameters, and hooks gradients
-          (the freezing experiments); DDP would need model and objective wrapped in one module and a
-          different objective interface;
-        * the ranks' shares of an update differ (translation shards hold different token counts, and a
-          bucket with fewer sentences than ranks leaves a shard empty); DDP averages uniformly and
-          needs every rank to run a backward pass on every micro-batch;
-        * a parameter that gets no gradient on any rank keeps none (the optimizers then skip it: no
-          weight decay, no momentum), which a sum of "has a gradient" flags reproduces exactly.
-
-        The price: the all-reduce does not overlap the backward pass as DDP's buckets do. With one
-        process this is a no-op and the single-process code path is untouched.
-        """
-        if not dist.is_distributed():
-            return
-        has_grad = dist.sum_over_ranks(*(p.grad is not None for p in self.params))  # host facts: no device sync
-        by_dtype: dict[torch.dtype, list[int]] = {}
-        for i, p in enumerate(self.params):
-            if has_grad[i] > 0:
-                by_dtype.setdefault(p.dtype, []).append(i)
-            else:
-                self.params[i].grad = None
-        for indices in by_dtype.values():
-            params = [self.params[i] for i in indices]
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-            dist.all_reduce_sum(flat)
-            offset = 0
-            for p in params:
-                p.grad = flat[offset : offset + p.numel()].view_as(p)
-                offset += p.numel()
-
     def _take_mid_epoch(self, epoch: int) -> dict | None:
         """The progress of a mid-epoch checkpoint in (stage, ``epoch``), once."""
         mid, self._mid_epoch = self._mid_epoch, None
@@ -332,6 +324,51 @@ class Trainer:
         if dist.any_rank(dist.preempt_requested()):
             return "a preemption signal (SIGUSR1/SIGTERM)"
         return None
+
+    def train_update(self, group: list, step_lr: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One optimizer update over the micro-batches ``group`` at learning rate ``step_lr``: zero the
+        gradients, backward every micro-batch's loss weighted by its share of the update's target
+        tokens (so the gradient is that of the mean over all of them; under DDP each rank holds a
+        shard of every micro-batch and the share counts all ranks' tokens), synchronise the ranks, add
+        the objective's once-per-update penalty, clip, step, trace, and ``objective.after_update``.
+        Returns (all losses finite, as a device bool; the summed NLL, on the device; target tokens);
+        the caller counts the update (``state.updates``). ``scripts/bench.py`` times this function."""
+        model, objective, task, opt = self.model, self.objective, self.task, self.optimizer
+        for param_group in opt.param_groups:
+            param_group["lr"] = step_lr
+        opt.zero_grad(set_to_none=True)
+        finite = torch.ones((), dtype=torch.bool, device=self.device)
+        nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        n_tok = 0
+        total = sum(task.n_targets(b) for b in group)
+        world = dist.world_size()
+        for k, b in enumerate(group):
+            last = k == len(group) - 1
+            # DDP: accumulate locally, all-reduce during the last micro-batch's backward
+            sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
+            with sync:
+                with self.autocast():
+                    if self.ddp is None:
+                        loss, b_nll_sum, b_tok = task.loss(self.forward_model, objective, b, self.state.updates)
+                    else:
+                        loss, b_nll_sum, b_tok = self.ddp(b, self.state.updates, last)
+                if loss is None:  # this rank's shard of the micro-batch is empty
+                    continue
+                weight = b_tok / total * world  # DDP averages over the ranks
+                (loss if weight == 1.0 else loss * weight).backward()
+            if b_tok:
+                finite &= torch.isfinite(loss.detach())
+                nll_sum += b_nll_sum
+                n_tok += b_tok
+        objective.update_penalty(model, self.state.updates)  # after the all-reduce: every rank adds the same term once
+        if self.o.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
+        opt.step()
+        if self.state.updates < TRACE_UPDATES and "rare_count" in getattr(task, "last_logs", {}):
+            value = float(task.last_logs["rare_count"])  # a host sync, for the first updates only
+            self.state.trace.setdefault("rare_count", []).append([self.state.updates, value])
+        objective.after_update(model, self.state.updates)
+        return finite, nll_sum, n_tok
 
     def train_epoch(self, epoch: int) -> dict:
         t, model, objective, task = self.t, self.model, self.objective, self.task
@@ -363,35 +400,12 @@ class Trainer:
             if not self._updates_left():
                 break
             group = groups[step]
-            opt = self.optimizer
             lr = self.current_lr(epoch)
             step_lr = lr * task.lr_scale(group[0])
-            for param_group in opt.param_groups:
-                param_group["lr"] = step_lr
-            opt.zero_grad(set_to_none=True)
-            # gradient accumulation: each micro-batch's mean loss weighted by its share of the
-            # update's target tokens, so the update's gradient is that of the mean over all of them;
-            # under DDP each rank holds a shard of every micro-batch and `total` counts all ranks'
-            total = sum(task.n_targets(b) for b in group)
-            for b in group:
-                with self.autocast():
-                    loss, b_nll_sum, b_tok = task.loss(model, objective, b, self.state.updates)
-                if loss is None:  # this rank's shard of the micro-batch is empty
-                    continue
-                finite &= torch.isfinite(loss.detach())
-                weight = b_tok / total
-                (loss if weight == 1.0 else loss * weight).backward()
-                nll_sum += b_nll_sum
-                n_tok += b_tok
-            self.sync_gradients()
-            if self.o.clip_grad_norm:
-                torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
-            opt.step()
-            if self.state.updates < TRACE_UPDATES and "rare_count" in getattr(task, "last_logs", {}):
-                value = float(task.last_logs["rare_count"])  # a host sync, for the first updates only
-                self.state.trace.setdefault("rare_count", []).append([self.state.updates, value])
-            if hasattr(objective, "after_update"):
-                objective.after_update(model, self.state.updates)
+            b_finite, b_nll_sum, b_tok = self.train_update(group, step_lr)
+            finite &= b_finite
+            nll_sum += b_nll_sum
+            n_tok += b_tok
             self.state.updates += 1
             done += 1
             bar.update(1)

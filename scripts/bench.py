@@ -4,27 +4,35 @@
         --precision bf16 --out results/bench/h100-bf16.json
     python scripts/bench.py --models transformer_lm6 --objectives mle cosreg --smoke   # CPU plumbing check
 
-Each (model, objective) runs ``--warmup`` untimed optimizer updates, then ``--steps`` timed ones
-(``torch.cuda.synchronize`` around each) on random tokens of the model recipe's batch shape: LMs take
-``trainer.batch_size`` blocks of ``trainer.bptt`` tokens per micro-batch; translation models take
-sentence pairs of ``--src-len``/``--tgt-len`` tokens filling ``trainer.max_tokens``. One update =
-``--update-freq`` micro-batches (default 1: the per-micro-batch cost). The step is the trainer's:
-autocast forward, the objective on the hidden states, backward, Adam(W) step.
+What is timed is the trainer's own optimizer update, :meth:`reproduce.trainer.Trainer.train_update`,
+the function ``reproduce.train`` calls: autocast forward, the objective, token-weighted backward of
+``--update-freq`` micro-batches, gradient sync, the objective's once-per-update penalty, clipping,
+the optimizer step of the recipe, the objective's ``after_update``. The trainer is built from the
+composed config on a synthetic corpus of random tokens with the papers' vocabulary size (LMs:
+``trainer.batch_size`` blocks of ``trainer.bptt`` tokens per micro-batch; translation: pairs of
+``--src-len``/``--tgt-len`` tokens filling ``trainer.max_tokens``). ``--compile`` sets
+``trainer.compile=true``; ``--precision`` sets ``trainer.precision``.
 
-The JSON holds every measurement, the ratio of each objective's median step time and peak memory to
-MLE's on the same model measured in the same run, and MFU = model FLOPs per second / the device's
-peak dense bf16 (or fp32) FLOPs where known (model FLOPs per token = 6 x (non-embedding parameters +
-the output projection) + 12 x layers x d x context, the PaLM appendix B count; attention of
-encoder-decoder models counted for both stacks). Absolute times are meaningful only on a GPU; on a
-CPU (``--smoke``) the numbers check the plumbing.
+Each (model, objective) runs ``--warmup`` untimed updates, then ``--steps`` timed ones
+(``torch.cuda.synchronize`` around each). With ``--rounds R`` the objectives are measured R times,
+interleaved (MLE, CosReg, ..., MLE, CosReg, ...), and each round's ratios to that round's MLE are
+kept: load drifting over a run then moves numerator and denominator together. The JSON holds every
+measurement, the per-round ratios of each objective's median step time (and peak memory) to MLE's on
+the same model, their median (``summary``), the machine's load average and torch's thread count,
+and MFU = model FLOPs per second / the device's peak dense bf16 (or fp32) FLOPs where known (model
+FLOPs per token = 6 x (matmul parameters + the output projection) + 12 x layers x d x context for
+attention, the PaLM appendix B count; encoder-decoder attention counted for both stacks). Absolute
+times are meaningful only on a GPU; on a CPU report ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,11 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from losses import TokenLayout, build_objective  # noqa: E402
+from data.corpus import Corpus, Vocab  # noqa: E402
+from losses import build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
 from reproduce.config import CONF_DIR, finalize, register_all  # noqa: E402
 from reproduce.provenance import git_commit, hardware  # noqa: E402
-from reproduce.trainer import use_bf16  # noqa: E402
+from reproduce.trainer import Trainer, use_bf16  # noqa: E402
 
 # peak dense tensor throughput (FLOP/s) by device name fragment: (bf16, fp32/tf32-off)
 PEAK_FLOPS = {
@@ -71,7 +80,7 @@ def compose_cfg(model: str, objective: str, dataset: str, extra: list[str]):
 
 def flops_per_token(model, cfg, context: int) -> float:
     """6 N (matmul parameters incl. the output projection, excl. embedding lookups and norms) +
-    12 x layers x d x context for attention scores and values."""
+    12 x layers x d x context for attention scores and values (0 for recurrent models)."""
     m = cfg.model
     n = 0
     for name, p in model.named_parameters():
@@ -79,43 +88,45 @@ def flops_per_token(model, cfg, context: int) -> float:
             n += p.numel()
     n += model.output_embedding.numel()  # the output projection (tied or not) is a matmul
     layers = m.get("n_layers") or (m.get("encoder_layers", 0) + 2 * m.get("decoder_layers", 0))
-    return 6.0 * n + 12.0 * layers * m.d_model * context
+    d = m.get("d_model") or 0  # LSTMs: no attention term
+    return 6.0 * n + 12.0 * (layers or 0) * d * context
 
 
-def make_batch(kind: str, cfg, vocab: int, device, src_len: int, tgt_len: int, gen: torch.Generator):
+def synthetic_corpus(kind: str, cfg, vocab: int, src_len: int, tgt_len: int, seed: int = 0):
+    """A corpus of random tokens with ``vocab`` types, holding exactly the training data of one update of
+    the config's batch shape (the trainer's task cycles through it), built without any files."""
+    gen = torch.Generator().manual_seed(seed)
     t = cfg.trainer
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    itos = specials + [f"w{i}" for i in range(vocab - len(specials))]
+    counts = torch.arange(vocab, 0, -1, dtype=torch.long)  # frequency-sorted, as a real vocabulary
     if kind == "lm":
-        x = torch.randint(4, vocab, (t.bptt + 1, t.batch_size), generator=gen).to(device)
-        return {"x": x[:-1], "y": x[1:]}, t.bptt * t.batch_size, t.bptt
-    n = max(1, t.max_tokens // max(src_len, tgt_len))
-    src = torch.randint(4, vocab, (n, src_len), generator=gen).to(device)
-    tgt = torch.randint(4, vocab, (n, tgt_len), generator=gen).to(device)
-    prev = torch.cat([torch.full((n, 1), 2, device=device), tgt[:, :-1]], 1)
-    return {"src": src, "prev": prev, "target": tgt}, n * tgt_len, (src_len + tgt_len) / 2
+        n = t.batch_size * t.bptt * t.update_freq + t.batch_size
+        stream = torch.randint(len(specials), vocab, (n,), generator=gen)
+        return Corpus("synthetic", stream, stream[: 2 * t.batch_size], stream[: 2 * t.batch_size],
+                      Vocab(itos, counts, eos="</s>"), {"synthetic": True})
+    from data.translation import ParallelCorpus, ParallelSplit
+
+    pairs = max(1, t.max_tokens // max(src_len, tgt_len)) * t.update_freq
+    src = [torch.randint(len(specials), vocab, (src_len,), generator=gen) for _ in range(pairs)]
+    tgt = [torch.randint(len(specials), vocab, (tgt_len,), generator=gen) for _ in range(pairs)]
+    split = ParallelSplit(src, tgt, [""] * pairs, [""] * pairs)
+    return ParallelCorpus("synthetic", split, split, split, Vocab(itos, counts, eos="</s>"), None, "src", "tgt",
+                          {"synthetic": True})
 
 
-def micro_step(kind, model, objective, batch, step):
-    if kind == "lm":
-        out = model(batch["x"], None)
-        h = out.hidden.reshape(-1, out.hidden.size(-1))
-        layout = TokenLayout.time_major(batch["y"].size(0), batch["y"].size(1), h.device)
-        result = objective(h, batch["y"].reshape(-1), model, step, layout=layout)
-    else:
-        out = model(batch["src"], batch["prev"])
-        h = out.hidden.reshape(-1, out.hidden.size(-1))
-        layout = TokenLayout.from_mask(torch.ones_like(batch["target"], dtype=torch.bool))
-        result = objective(h, batch["target"].reshape(-1), model, step, layout=layout)
-    return result.token_loss + result.reg_loss
-
-
-def bench_one(model_name: str, objective: str, args, device) -> dict:
-    """``objective``: a name, optionally with config overrides: ``agg:implementation=literal``."""
+def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
+    """(trainer, the update's micro-batches, tokens per update, attention context, cfg, kind, label)."""
     objective, _, opts = objective.partition(":")
     obj_overrides = [f"objective.{o}" for o in opts.split(",") if o]
+    model_name, *model_opts = model_name.split(":")
+    model_overrides = [f"model.{o}" for part in model_opts for o in part.split(",") if o]
     kind = "translation" if model_name.startswith("transformer_") and model_name not in ("transformer_lm6",) else "lm"
     dataset = "wmt14_en_de" if kind == "translation" else "wikitext103"
-    extra = ["scale=smoke"] if args.smoke else []
-    extra += [f"trainer.precision={args.precision}"]
+    extra = ["scale=smoke", "scale.update_freq=null"] if args.smoke else []
+    extra += [f"trainer.precision={args.precision}", f"trainer.update_freq={args.update_freq}",
+              "trainer.progress=false", f"trainer.compile={'true' if args.compile else 'false'}",
+              f"trainer.device={device.type}", f"paths.output_dir={run_dir}"]
     if args.batch_size:
         extra.append(f"trainer.batch_size={args.batch_size}")
     if args.max_tokens:
@@ -124,85 +135,113 @@ def bench_one(model_name: str, objective: str, args, device) -> dict:
         extra += ["trainer.bptt=64", "trainer.batch_size=2", "trainer.max_tokens=256"]
     if args.bptt:
         extra.append(f"trainer.bptt={args.bptt}")
-    cfg = compose_cfg(model_name, objective, dataset, extra + obj_overrides)
+    cfg = compose_cfg(model_name, objective, dataset, extra + obj_overrides + model_overrides)
     vocab = args.vocab or PAPER_VOCAB[kind]
+    corpus = synthetic_corpus(kind, cfg, vocab, args.src_len, args.tgt_len)
     torch.manual_seed(0)
     model = build_model(cfg.model, vocab, resolve_tie(cfg.model, cfg.objective)).to(device)
     obj = build_objective(cfg.objective, vocab, cfg.trainer.label_smoothing).to(device)
-    obj.setup(updates_per_epoch=1000, special_ids=[0, 1, 2, 3], train_counts=torch.arange(vocab, 0, -1))
-    params = [p for p in list(model.parameters()) + list(obj.parameters()) if p.requires_grad]
-    fused = device.type == "cuda"
-    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01, fused=fused)
-    step_fn = micro_step
-    if args.compile:
-        model = torch.compile(model)
-    bf16 = use_bf16(cfg.trainer.precision, device)
-    gen = torch.Generator().manual_seed(0)
-    batch, tokens, context = make_batch(kind, cfg, vocab, device, args.src_len, args.tgt_len, gen)
-    model.train()
+    trainer = Trainer(cfg, model, obj, corpus, run_dir, device)
+    batches = trainer.task.train_batches(1, "train")[: cfg.trainer.update_freq]
+    tokens = sum(trainer.task.n_targets(b) for b in batches)
+    context = cfg.trainer.bptt if kind == "lm" else (args.src_len + args.tgt_len) / 2
+    label = "+".join([model_name, *model_opts]) if model_opts else model_name
+    return trainer, batches, tokens, context, cfg, kind, label, objective + (f"[{opts}]" if opts else "")
 
-    def update(step: int) -> None:
-        opt.zero_grad(set_to_none=True)
-        for _ in range(args.update_freq):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = step_fn(kind, model, obj, batch, step)
-            (loss / args.update_freq).backward()
-        opt.step()
+
+def bench_one(model_name: str, objective: str, args, device, run_dir: Path) -> dict:
+    """``objective``: a name, optionally with config overrides: ``agg:implementation=literal``; ``model_name``
+    likewise: ``transformer_lm6:d_model=256``."""
+    trainer, batches, tokens, context, cfg, kind, label, obj_label = build_bench(model_name, objective, args, device,
+                                                                                 run_dir)
+    model = trainer.model
+    model.train()
+    trainer.objective.train()
+    trainer.task.begin_epoch(model)
+    lr = trainer.current_lr(1)
+
+    def update() -> None:
+        if kind == "lm" and not trainer.task.stateless:
+            trainer.task.begin_epoch(model)  # the same segment every time: start from a fresh state
+        trainer.train_update(batches, lr)
+        trainer.state.updates += 1
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for s in range(args.warmup):
-        update(s)
+    for _ in range(args.warmup):
+        update()
     sync()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times = []
-    for s in range(args.steps):
+    for _ in range(args.steps):
         sync()
         start = time.perf_counter()
-        update(args.warmup + s)
+        update()
         sync()
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    tok_per_update = tokens * args.update_freq
-    n_params = sum(p.numel() for p in model.parameters())
-    fpt = flops_per_token(model if not args.compile else model._orig_mod, cfg, context)
+    bf16 = use_bf16(cfg.trainer.precision, device)
+    fpt = flops_per_token(model, cfg, context)
     peak = peak_flops(device, bf16)
     result = {
-        "model": model_name,
-        "objective": objective + (f"[{opts}]" if opts else ""),
+        "model": label,
+        "objective": obj_label,
         "kind": kind,
         "precision": "bf16" if bf16 else "fp32",
-        "parameters": n_params,
-        "vocab_size": vocab,
-        "tokens_per_update": tok_per_update,
-        "batch": {k: list(v.shape) for k, v in batch.items()},
+        "compile": bool(args.compile),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(trainer.corpus.vocab),
+        "tokens_per_update": tokens,
+        "micro_batches": len(batches),
         "step_time_s": median,
         "step_time_mean_s": statistics.fmean(times),
         "step_time_min_s": min(times),
-        "tokens_per_s": tok_per_update / median,
+        "tokens_per_s": tokens / median,
         "peak_mem_gb": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "flops_per_token": fpt,
-        "mfu": (fpt * tok_per_update / median / peak) if peak else None,
+        "mfu": (fpt * tokens / median / peak) if peak else None,
     }
-    print(f"{model_name:18s} {result['objective']:26s} {result['precision']}: {result['tokens_per_s']:>12,.0f} tok/s  "
+    print(f"{label:18s} {obj_label:26s} {result['precision']}: {result['tokens_per_s']:>12,.0f} tok/s  "
           f"step {median * 1e3:8.1f} ms  peak mem {result['peak_mem_gb'] or 0:6.2f} GB  "
           f"MFU {result['mfu'] * 100 if result['mfu'] else float('nan'):5.1f}%", flush=True)
     return result
 
 
 def add_ratios(results: list[dict]) -> None:
-    """Each objective's step time and peak memory relative to MLE on the same model (same run)."""
-    ref = {r["model"]: r for r in results if r["objective"] == "mle"}
+    """Each objective's step time and peak memory relative to MLE on the same model in the same round."""
+    ref = {(r["round"], r["model"]): r for r in results if r["objective"] == "mle"}
     for r in results:
-        base = ref.get(r["model"])
+        base = ref.get((r["round"], r["model"]))
         if base is None:
             continue
         r["step_time_vs_mle"] = r["step_time_s"] / base["step_time_s"]
         if r["peak_mem_gb"] and base["peak_mem_gb"]:
             r["peak_mem_vs_mle"] = r["peak_mem_gb"] / base["peak_mem_gb"]
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    """Per (model, objective): the median over rounds of the step-time ratio to MLE, and of tokens/s."""
+    out: dict[tuple, dict] = {}
+    for r in results:
+        key = (r["model"], r["objective"])
+        entry = out.setdefault(key, {"model": key[0], "objective": key[1], "ratios": [], "tokens_per_s": []})
+        if "step_time_vs_mle" in r:
+            entry["ratios"].append(r["step_time_vs_mle"])
+        entry["tokens_per_s"].append(r["tokens_per_s"])
+    for entry in out.values():
+        entry["step_time_vs_mle"] = statistics.median(entry["ratios"]) if entry["ratios"] else None
+        entry["tokens_per_s"] = statistics.median(entry["tokens_per_s"])
+    return list(out.values())
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on every platform
+        return None
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -219,7 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--src-len", type=int, default=32)
     parser.add_argument("--tgt-len", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the papers' 44,256 / 40,624)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--compile", action="store_true", help="trainer.compile=true (torch.compile the model)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every objective this many times, interleaved")
     parser.add_argument("--smoke", action="store_true", help="scale=smoke widths and tiny batches (CPU plumbing check)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None, help="JSON path (default: print only)")
@@ -230,19 +270,25 @@ def main(argv: list[str] | None = None) -> dict:
     if "mle" not in args.objectives:
         args.objectives = ["mle", *args.objectives]  # the reference of the ratios
     results = []
-    for m in args.models:
-        for o in args.objectives:
-            results.append(bench_one(m, o, args, device))
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    load_before = load_average()
+    with tempfile.TemporaryDirectory(prefix="repdegen-bench-") as run_dir:
+        for rnd in range(args.rounds):
+            for m in args.models:
+                for o in args.objectives:
+                    results.append({"round": rnd, **bench_one(m, o, args, device, Path(run_dir))})
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
     add_ratios(results)
     report = {
         "command": " ".join(["python", "scripts/bench.py", *(argv if argv is not None else sys.argv[1:])]),
         "git": git_commit(),
         "hardware": hardware(device),
         "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "load_average": {"before": load_before, "after": load_average()},
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "note": "absolute times are meaningful on a GPU only" if device.type != "cuda" else "",
+        "summary": summarize(results),
         "results": results,
     }
     if args.out:

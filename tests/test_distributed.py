@@ -99,14 +99,20 @@ def assert_one_writer(proc: subprocess.CompletedProcess, run_dir: Path, epochs: 
     return record
 
 
-def test_lstm_agg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
-    single = train(compose_cfg(*LSTM_AGG, output_dir=tmp_path / "one"))
-    proc = torchrun(LSTM_AGG, tiny_data, tmp_path / "two")
+def lstm_torchrun_vs_one_process(compose_cfg, tiny_data, tmp_path, overrides):
+    """(single record, multi record, single dir, multi dir) of one config run in one process and by torchrun."""
+    single = train(compose_cfg(*overrides, output_dir=tmp_path / "one"))
+    proc = torchrun(overrides, tiny_data, tmp_path / "two")
     dir_multi, dir_single = the_run_dir(tmp_path / "two"), the_run_dir(tmp_path / "one")
     multi = assert_one_writer(proc, dir_multi, epochs=2)
     diffs = compare(single, multi, dir_single, dir_multi)
     assert max(diffs.values()) < TOL, diffs
     assert [h["updates"] for h in multi["history"]] == [h["updates"] for h in single["history"]]
+    return single, multi, dir_single, dir_multi
+
+
+def test_lstm_agg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
+    single, multi, dir_single, dir_multi = lstm_torchrun_vs_one_process(compose_cfg, tiny_data, tmp_path, LSTM_AGG)
     # AGG's token counter saw the global batches: the integer memory is identical, not merely close
     ca = torch.load(dir_single / "checkpoint.pt", weights_only=False)["objective"]
     cb = torch.load(dir_multi / "checkpoint.pt", weights_only=False)["objective"]
@@ -127,6 +133,16 @@ def test_lstm_agg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
     init = build_model(cfg.model, len(corpus.vocab), cfg.model.tie_weights).state_dict()
     trained = torch.load(dir_single / "best.pt", weights_only=False)["model"]
     assert weights_rel_diff(trained, init) > 1000 * TOL
+
+
+def test_lstm_cosreg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
+    """CosReg's penalty is added once per update after the all-reduce: not once per rank, not per micro-batch."""
+    overrides = tuple(o for o in LSTM_AGG if o != "objective=agg") + ("objective=cosreg", "objective.gamma=50",
+                                                                      "objective.tie_weights=true")
+    single, *_ = lstm_torchrun_vs_one_process(compose_cfg, tiny_data, tmp_path, overrides)
+    # the penalty mattered: the same run without it ends elsewhere by far more than the tolerance
+    plain = train(compose_cfg(*overrides, "objective.gamma=0", output_dir=tmp_path / "plain"))
+    assert rel(plain["metrics"]["final"]["mean_cos"], single["metrics"]["final"]["mean_cos"]) > 1000 * TOL
 
 
 @pytest.fixture(scope="module")

@@ -165,17 +165,44 @@ def test_cosreg_linear_form_equals_double_sum_value_and_gradient():
     assert torch.allclose(W1.grad, W2.grad, atol=1e-12)
 
 
-def test_cosreg_objective_adds_gamma_times_regularizer_once_per_step():
+def test_cosreg_objective_adds_gamma_times_regularizer_gradient_once_per_update():
     from omegaconf import OmegaConf
 
     model = TinyModel(tied=True)
     h = torch.randn(N, D)
     y = torch.randint(0, V, (N,))
-    out = build_objective(OmegaConf.create({"name": "cosreg", "gamma": 2.5, "tie_weights": True}), V)(h, y, model)
+    obj = build_objective(OmegaConf.create({"name": "cosreg", "gamma": 2.5, "tie_weights": True}), V)
+    out = obj(h, y, model)
+    # the token loss is plain cross-entropy: the penalty is not in it
     assert out.token_loss.item() == pytest.approx(torch.nn.functional.cross_entropy(model.logits(h), y).item(), rel=1e-6)
-    brute = brute_cosreg(model.output_embedding.detach().double()).item()
+    W = model.output_embedding
+    W2 = W.detach().double().clone().requires_grad_(True)
+    brute = brute_cosreg(W2)
+    brute.backward()
+    W.grad = None
+    obj.update_penalty(model, 0)
     # the objective computes in float32 (|sum w^_i|^2 - N cancels): agreement to float32 precision
-    assert float(out.reg_loss.detach()) == pytest.approx(2.5 * brute, rel=1e-4, abs=1e-6)
+    assert float(obj.last_penalty) == pytest.approx(brute.item(), rel=1e-4, abs=1e-6)
+    assert torch.allclose(W.grad.double(), 2.5 * W2.grad, rtol=1e-4, atol=1e-7)
+    before = W.grad.clone()
+    obj.update_penalty(model, 1)  # adds to an existing gradient
+    assert torch.allclose(W.grad, 2 * before, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("zero_row", [False, True])
+def test_cosreg_closed_form_gradient_matches_autograd(zero_row):
+    from losses.cosreg import cosine_regularizer_and_grad
+
+    torch.manual_seed(3)
+    W = torch.randn(13, 5, dtype=torch.float64)
+    if zero_row:
+        W[4] = 0.0  # below eps: F.normalize's branch
+    value, grad = cosine_regularizer_and_grad(W)
+    W1 = W.clone().requires_grad_(True)
+    ref = cosine_regularizer(W1)
+    ref.backward()
+    assert value.item() == pytest.approx(ref.item(), abs=1e-12)
+    assert torch.allclose(grad, W1.grad, rtol=1e-9, atol=1e-9 * W1.grad.abs().max().item())
 
 
 def test_identical_rows_give_maximal_regularizer():

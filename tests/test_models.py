@@ -25,6 +25,29 @@ def test_fused_layer_equals_masked_loop_with_unit_mask():
         assert torch.allclose(a, c, atol=1e-6)
 
 
+@pytest.mark.parametrize("p", [0.5, 0.3])
+def test_masked_fused_layer_equals_the_step_loop(p):
+    """The closed-output-gate form (one torch.lstm call) against the Python step loop: outputs, final
+    state and the gradients of every input, with a carried-in (already masked) state."""
+    torch.manual_seed(4)
+    T, B, I, H = 6, 5, 3, 4
+    scale = 1.0 / (1.0 - p)
+    mask = (torch.rand(B, H) > p).double() * scale
+    assert (mask == 0).any() and (mask != 0).any()
+    leaves = [torch.randn(T, B, I), torch.randn(B, H) * (torch.rand(B, H) > 0.5) * scale, torch.randn(B, H),
+              torch.randn(4 * H, I), torch.randn(4 * H, H), torch.randn(4 * H)]
+    leaves = [t.double().requires_grad_(True) for t in leaves]
+    results = {}
+    for name, kw in (("loop", {}), ("fused", {"mask_scale": scale})):
+        out, h_n, c_n = lstm_layer(*leaves, recurrent_mask=mask, **kw)
+        weights = torch.randn(T, B, H, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        loss = (out * weights).sum() + (h_n * 1.7).sum() + (c_n * 0.3).sum()
+        results[name] = (out, h_n, c_n, *torch.autograd.grad(loss, leaves))
+    for a, b in zip(results["loop"], results["fused"]):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-9), (a - b).abs().max()
+    assert (results["fused"][0][:, mask == 0] == 0).all()  # dropped units emit exact zeros
+
+
 def reference_vd_lstm(model, tokens, masks):
     """The official REAL code's forward pass, step by step with nn.LSTMCell: input mask on the
     embedding; each layer's output h multiplied by its mask, and that masked h is both the recurrent

@@ -379,26 +379,33 @@ def test_a_small_gradient_step_lowers_the_penalty(normalize, prior):
         assert spectrum_penalty(V_, prior_t, "max").item() < 0.1 * before.item()
 
 
-def test_sc_objective_adds_the_penalty_once_every_updates():
+def test_sc_objective_adds_the_penalty_gradient_once_every_updates():
     model = TinyModel(tied=True, v=20, d=D)
     h = torch.randn(6, D)
     y = torch.randint(0, 20, (6,))
     fields = {**SC_DEFAULTS, "lambda_prior": 3.0, "every": 2}
     obj = build_objective(OmegaConf.create({"name": "sc", "tie_weights": None, **fields}), 20)
     prior = numpy_prior(D, "polynomial", 1.0, 0.08, 0.3)
-    s = np.linalg.svd(model.output_embedding.detach().double().numpy(), compute_uv=False)
+    W = model.output_embedding.detach().double().numpy()
+    u, s, vt = np.linalg.svd(W, full_matrices=False)
     # lazy regularization: on the updates that compute it, the penalty is x every (2), so its mean is lambda's
-    expected = 2 * 3.0 * (((s / s[0]) - prior) ** 2).sum()
+    expected = (((s / s[0]) - prior) ** 2).sum()
+    # d sigma_k / dW = u_k v_k^T; P = sum_k (s_k / s_1 - prior_k)^2
+    r = 2 * ((s / s[0]) - prior)
+    grad = sum(r[k] * (np.outer(u[:, k], vt[k]) / s[0] - s[k] / s[0] ** 2 * np.outer(u[:, 0], vt[0]))
+               for k in range(len(s)))
     ce = F.cross_entropy(model.logits(h), y).item()
     for step in range(4):
         out = obj(h, y, model, step)
         assert out.token_loss.item() == pytest.approx(ce, rel=1e-6)
+        model.output_embedding.grad = None
+        obj.update_penalty(model, step)
+        g = model.output_embedding.grad
         if step % 2 == 0:
-            assert float(out.reg_loss.detach()) == pytest.approx(expected, rel=1e-5) and out.reg_loss.requires_grad
+            assert float(obj.last_penalty) == pytest.approx(expected, rel=1e-5)
+            np.testing.assert_allclose(g.double().numpy(), 2 * 3.0 * grad, rtol=1e-3, atol=1e-5)
         else:
-            assert out.reg_loss == 0.0
-    obj.eval()
-    assert obj(h, y, model, 0).reg_loss == 0.0
+            assert g is None
 
 
 @pytest.mark.parametrize("field,value,message", [

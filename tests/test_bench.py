@@ -1,0 +1,51 @@
+"""scripts/bench.py times the trainer's own update (Trainer.train_update), not a copy of it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import bench  # noqa: E402
+
+from reproduce.trainer import Trainer  # noqa: E402
+
+
+def test_bench_times_trainer_train_update_interleaved(tmp_path, monkeypatch):
+    calls = []
+    original = Trainer.train_update
+
+    def counting(self, group, step_lr):
+        calls.append((self.cfg.objective.name, len(group)))
+        return original(self, group, step_lr)
+
+    monkeypatch.setattr(Trainer, "train_update", counting)
+    out = tmp_path / "bench.json"
+    report = bench.main(["--models", "transformer_lm6", "--objectives", "ul", "--smoke", "--vocab", "300",
+                         "--steps", "2", "--warmup", "1", "--rounds", "2", "--update-freq", "2", "--out", str(out)])
+    # MLE is added as the reference; per round and objective: 1 warmup + 2 timed updates of 2 micro-batches
+    assert [c[0] for c in calls] == (["mle"] * 3 + ["ul"] * 3) * 2
+    assert all(n == 2 for _, n in calls)
+    on_disk = json.loads(out.read_text())
+    assert on_disk["results"] == report["results"] and len(report["results"]) == 4
+    assert [r["round"] for r in report["results"]] == [0, 0, 1, 1]
+    for r in report["results"]:
+        assert r["tokens_per_update"] == 2 * 2 * 64 and r["micro_batches"] == 2
+        ref = next(x for x in report["results"] if x["round"] == r["round"] and x["objective"] == "mle")
+        assert r["step_time_vs_mle"] == r["step_time_s"] / ref["step_time_s"]
+    summary = {s["objective"]: s for s in report["summary"]}
+    assert summary["mle"]["step_time_vs_mle"] == 1.0
+    assert summary["ul"]["ratios"] == [r["step_time_vs_mle"] for r in report["results"] if r["objective"] == "ul"]
+    assert report["threads"] >= 1 and "load_average" in report
+
+
+def test_synthetic_corpus_holds_one_update_and_the_vocabulary():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"trainer": {"batch_size": 3, "bptt": 5, "update_freq": 2, "max_tokens": 40}})
+    lm = bench.synthetic_corpus("lm", cfg, 50, 8, 10)
+    assert len(lm.vocab) == 50 and lm.train.numel() == 3 * 5 * 2 + 3 and int(lm.train.min()) >= 4
+    mt = bench.synthetic_corpus("translation", cfg, 50, 8, 10)
+    assert len(mt.train) == (40 // 10) * 2 and mt.train.tgt[0].numel() == 10 and mt.train.src[0].numel() == 8

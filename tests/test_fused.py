@@ -1,0 +1,187 @@
+"""The fused softmax losses (losses/fused.py) against autograd of their unfused formulas: plain UL
+(NLL + ``unlikelihood_token_sum`` on ``F.linear`` logits), UL+AGG fused against its literal form
+(AGG's three-logit construction + the autograd UL term), and the gated-UL variant against a
+construction that gates the UL term's logits as AGG gates the NLL's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from losses import TokenLayout, build_objective
+from losses.agg import agg_gates
+from losses.fused import fused_softmax_loss
+from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
+from reproduce.errors import ConfigError
+
+V, D, T, B = 9, 5, 6, 4
+N = T * B
+
+
+class OutputLayer:
+    def __init__(self, W, b=None):
+        self.output_embedding, self.output_bias = W, b
+
+    def logits(self, h):
+        return F.linear(h, self.output_embedding, self.output_bias)
+
+
+def case(seed, bias=True, dtype=torch.float64, peaked=False):
+    """h, W, b, targets (time-major T x B flattened, few types so candidates repeat), layout, rare mask."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(N, D, generator=g, dtype=dtype)
+    W = torch.randn(V, D, generator=g, dtype=dtype)
+    b = torch.randn(V, generator=g, dtype=dtype) if bias else None
+    y = torch.randint(0, V, (T, B), generator=g)
+    layout = TokenLayout.time_major(T, B)
+    y = y.reshape(-1)
+    if peaked:  # some candidate with 1 - p < 1e-5: the clamp is active and passes no gradient
+        W = W.clone()
+        W[y[0]] = 40.0 * h[B]  # row B (t = 1, same sequence as row 0) puts almost all its mass on y[0]
+        y[B] = (y[0] + 1) % V
+    a = torch.tensor([5.0, 0.0, 0.01, 0.02, 0.005, 1.5, 0.3, 0.025, 2.0], dtype=torch.float64)
+    special = torch.zeros(V, dtype=torch.bool)
+    special[0] = True
+    rare = (a < 0.03) & ~special
+    return h, W, b, y, layout, a, rare
+
+
+def grads(fn, h, W, b):
+    leaves = [t.clone().requires_grad_(True) for t in (h, W) + ((b,) if b is not None else ())]
+    loss = fn(leaves[0], leaves[1], leaves[2] if b is not None else None)
+    return loss.detach(), torch.autograd.grad(loss, leaves)
+
+
+def assert_close(a, b, tol=1e-10):
+    loss_a, grads_a = a
+    loss_b, grads_b = b
+    assert torch.allclose(loss_a, loss_b, atol=tol, rtol=tol)
+    for ga, gb in zip(grads_a, grads_b):
+        assert torch.allclose(ga, gb, atol=tol, rtol=tol), (ga - gb).abs().max()
+
+
+@pytest.mark.parametrize("peaked", [False, True])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_ul_fused_equals_nll_plus_autograd_ul(bias, eps, peaked, seed):
+    alpha = 0.7
+    h, W, b, y, layout, _, _ = case(seed, bias, peaked=peaked)
+    cands = unlikelihood_candidates(y, layout)
+
+    def fused(h, W, b):
+        return fused_softmax_loss(h, W, b, y, eps, candidates=cands, alpha=alpha)[0]
+
+    def unfused(h, W, b):
+        z = F.linear(h, W, b)
+        return F.cross_entropy(z, y, label_smoothing=eps) + alpha * unlikelihood_token_sum(z, y, layout) / N
+
+    assert_close(grads(fused, h, W, b), grads(unfused, h, W, b))
+    if peaked:  # the case really has an active clamp
+        z = F.linear(h, W, b)
+        p = torch.softmax(z, -1)
+        assert (1 - p[B, y[0]]) < 1e-5
+
+
+def test_fused_reports_plain_nll_and_ul_detached():
+    h, W, b, y, layout, _, _ = case(0)
+    W = W.clone().requires_grad_(True)
+    loss, nll, ul = fused_softmax_loss(h, W, b, y, 0.1, candidates=unlikelihood_candidates(y, layout), alpha=2.0)
+    z = F.linear(h, W, b)
+    assert nll.item() == pytest.approx(F.cross_entropy(z, y).item(), rel=1e-12)
+    assert ul.item() == pytest.approx((unlikelihood_token_sum(z, y, layout) / N).item(), rel=1e-12)
+    assert loss.requires_grad and not nll.requires_grad and not ul.requires_grad
+
+
+def test_nll_only_matches_cross_entropy_bitwise_in_float32():
+    h, W, b, y, _, _, _ = case(1, dtype=torch.float32)
+    loss, nll, _ = fused_softmax_loss(h, W, b, y)
+    assert torch.equal(nll, F.cross_entropy(F.linear(h, W, b), y)) and torch.equal(loss, nll)
+
+
+def make(name, eps=0.0, **cfg):
+    return build_objective(OmegaConf.create({"name": name, **cfg}), V, eps)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("gate1,gate2", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("seed", range(3))
+def test_ul_agg_fused_equals_literal(gate1, gate2, bias, eps, seed):
+    fused_obj = make("ul_agg", eps, gate1=gate1, gate2=gate2, alpha_ul=0.8)
+    literal_obj = make("ul_agg", eps, gate1=gate1, gate2=gate2, alpha_ul=0.8, implementation="literal")
+    h, W, b, y, layout, a, rare = case(seed, bias)
+    g1, g2 = agg_gates(a, rare, gate1, gate2)
+
+    def run(obj):
+        return lambda h, W, b: obj.gated_loss(h, y, OutputLayer(W, b), g1, g2, rare[y], layout)[0]
+
+    assert_close(grads(run(fused_obj), h, W, b), grads(run(literal_obj), h, W, b))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("peaked", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_ul_agg_gated_equals_gated_ul_construction(peaked, eps, seed):
+    """Gradient to h: the plain NLL + UL gradient; to W and b: NLL + UL both through logits gated per
+    row (g1 for a non-rare target, g2 for a rare one, the target's own logit ungated)."""
+    obj = make("ul_agg_gated", eps, alpha_ul=0.6)
+    h, W, b, y, layout, a, rare = case(seed, True, peaked=peaked)
+    g1, g2 = agg_gates(a, rare)
+    gate = torch.where(rare[y].unsqueeze(1), g2, g1).clone()
+    gate[torch.arange(N), y] = 1.0
+
+    def construction(h, W, b):
+        def term(z):
+            return F.cross_entropy(z, y, label_smoothing=eps) + 0.6 * unlikelihood_token_sum(z, y, layout) / N
+
+        z0 = F.linear(h, W.detach(), b.detach())  # gradient to h only
+        z = F.linear(h.detach(), W, b)  # gradient to W and b only, gated
+        zg = gate * z + (1 - gate) * z.detach()
+        # value: 2 x the NLL term + one UL term, as the fused loss reports it
+        return term(z0) + term(zg) - 0.6 * (unlikelihood_token_sum(z, y, layout) / N).detach()
+
+    def fused(h, W, b):
+        return obj.gated_loss(h, y, OutputLayer(W, b), g1, g2, rare[y], layout)[0]
+
+    assert_close(grads(fused, h, W, b), grads(construction, h, W, b))
+
+
+def test_ul_agg_gated_needs_the_fused_implementation():
+    from losses.ul_agg import ULAGGGated, ULAGGGatedConfig
+
+    with pytest.raises(ConfigError, match="ul_agg_gated has only the fused"):
+        ULAGGGated.validate_config(ULAGGGatedConfig(implementation="literal"))
+
+
+def test_bf16_autocast_path_is_close_to_float32():
+    h, W, b, y, layout, _, _ = case(2, dtype=torch.float32)
+    cands = unlikelihood_candidates(y, layout)
+
+    def fused(h, W, b):
+        return fused_softmax_loss(h, W, b, y, 0.0, candidates=cands, alpha=1.0)[0]
+
+    ref = grads(fused, h, W, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = grads(fused, h, W, b)
+    assert low[0].dtype == torch.float32
+    assert torch.allclose(low[0], ref[0], rtol=2e-2)
+    for gl, gr in zip(low[1], ref[1]):
+        assert gl.dtype == gr.dtype == torch.float32
+        assert torch.allclose(gl, gr, atol=3e-2 * gr.abs().max().item())
+
+
+def test_layout_length_known_on_the_host():
+    lay = TokenLayout.time_major(5, 3)
+    assert lay.length == 5 and lay.n_seq == 3
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    lay = TokenLayout.from_mask(mask)
+    assert lay.length == 4 and lay.n_seq == 2
+    y = torch.tensor([1, 2, 2, 1, 3])
+    known = unlikelihood_candidates(y, lay)
+    lay.length = None  # read from pos instead: the same candidates (a shorter grid, same valid entries)
+    read = unlikelihood_candidates(y, lay)
+    for i in range(y.numel()):
+        assert sorted(known[0][i][known[1][i]].tolist()) == sorted(read[0][i][read[1][i]].tolist())

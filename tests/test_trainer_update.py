@@ -1,0 +1,78 @@
+"""``Trainer.train_update``: a parameter penalty (CosReg) enters once per optimizer update, however many
+micro-batches the update has, and ``trainer.compile`` gives the eager losses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from data.corpus import load_corpus
+from losses import build_objective
+from losses.cosreg import cosine_regularizer
+from models import build_model
+from reproduce.config import finalize
+from reproduce.trainer import Trainer
+
+VD_SMOKE = ("experiment=inan2017/small", "scale=smoke", "model.dropout=0", "optim.clip_grad_norm=null",
+            "objective.tie_weights=true", "trainer.bptt=7")
+
+
+def make_trainer(compose_cfg, *overrides):
+    cfg = finalize(compose_cfg(*VD_SMOKE, *overrides))
+    torch.manual_seed(0)
+    corpus = load_corpus(cfg.dataset)
+    model = build_model(cfg.model, len(corpus.vocab), True)
+    obj = build_objective(cfg.objective, len(corpus.vocab))
+    trainer = Trainer(cfg, model, obj, corpus, Path("/nonexistent"), torch.device("cpu"))
+    trainer.task.stream = trainer.task.stream[:15]  # exactly two 7-step segments
+    return trainer
+
+
+def test_cosreg_penalty_enters_once_per_update_of_two_micro_batches(compose_cfg, monkeypatch):
+    lr, gamma = 0.5, 3.0
+    common = ("optim.name=sgd", f"optim.lr={lr}", "trainer.update_freq=2")
+    mle = make_trainer(compose_cfg, "objective=mle", *common)
+    cos = make_trainer(compose_cfg, "objective=cosreg", f"objective.gamma={gamma}", *common)
+    W0 = cos.model.output_embedding.detach().clone().double().requires_grad_(True)
+    cosine_regularizer(W0).backward()  # autograd of the plain formula: the independent gradient
+    calls = []
+    original = cos.objective.update_penalty
+    monkeypatch.setattr(cos.objective, "update_penalty", lambda m, s: (calls.append(s), original(m, s)))
+    for a, b in zip(mle.params, cos.params):
+        assert torch.equal(a, b)
+    for t in (mle, cos):
+        batches = t.task.train_batches(1, "train")
+        assert len(batches) == 2
+        t.model.train()
+        t.task.begin_epoch(t.model)
+        t.train_update(batches, lr)
+    assert calls == [0]
+    emb = cos.model.output_embedding
+    for (name, a), b in zip(mle.model.named_parameters(), cos.params):
+        if a is mle.model.output_embedding:
+            assert torch.allclose((b - a).double(), -lr * gamma * W0.grad, rtol=1e-3, atol=1e-7), name
+            assert (b - a).abs().max() > 0
+        else:
+            assert torch.allclose(a, b, atol=1e-7), name
+    assert emb.requires_grad
+
+
+@pytest.mark.parametrize("objective", ["mle", "agg"])
+def test_compiled_model_gives_the_eager_losses(compose_cfg, objective):
+    losses = {}
+    for compile_ in (False, True):
+        t = make_trainer(compose_cfg, f"objective={objective}", "optim.name=sgd", "optim.lr=0.5", "trainer.update_freq=1",
+                         f"trainer.compile={str(compile_).lower()}", "trainer.compile_backend=aot_eager")
+        assert (t.forward_model is not t.model) == compile_
+        t.model.train()
+        t.task.begin_epoch(t.model)
+        out = []
+        for b in t.task.train_batches(1, "train"):
+            _, nll_sum, n = t.train_update([b], 0.5)
+            t.state.updates += 1
+            out.append(float(nll_sum) / n)
+        losses[compile_] = out
+    assert len(losses[True]) == 2
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
