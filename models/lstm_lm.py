@@ -72,14 +72,17 @@ def lstm_layer(
     VD-LSTM). No kernel takes such a mask, but a dropout mask (values 0 and ``mask_scale`` = 1 / (1 - p))
     fits one exactly when ``mask_scale`` is given:
 
-    * the 0/1 part closes the output gate of each dropped (example, unit): the mask's complement enters
-      as H extra input columns whose weights add ``CLOSED_GATE`` to that unit's o-gate pre-activation,
-      so sigmoid(o) = 0 and h = 0 exactly; the cell state c is untouched, as in the step loop;
+    * the 0/1 part closes the output gate of each dropped (example, unit): min(B, H) extra input
+      columns, constant over time, whose weights add ``CLOSED_GATE`` to that unit's o-gate
+      pre-activation, so sigmoid(o) = 0 and h = 0 exactly; the cell state c is untouched, as in the
+      step loop. With B <= H (the usual case: batch 20, 200+ units) the columns are the examples'
+      one-hots and the weights hold each example's closures; with B > H, the mask's complement and
+      the identity;
     * the scale is folded into the recurrent weight (``mask_scale * w_hh``, shared by all examples) and
       into the outputs, and the incoming state is divided by it.
 
     The result equals the step loop up to float rounding (``tests/test_models.py``), for the price of
-    an input projection H columns wider. Without ``mask_scale`` the steps run in a Python loop (the
+    an input projection min(B, H) columns wider. Without ``mask_scale`` the steps run in a Python loop (the
     reference form).
     """
     if recurrent_mask is None:
@@ -87,9 +90,14 @@ def lstm_layer(
     if mask_scale is not None:
         T, B, H = x.size(0), x.size(1), h0.size(1)
         closed = (recurrent_mask == 0).to(x.dtype)
-        x_aug = torch.cat([x, closed.unsqueeze(0).expand(T, B, H)], dim=-1)
-        gate_block = torch.zeros(4 * H, H, dtype=w_ih.dtype, device=w_ih.device)
-        gate_block[3 * H :] = CLOSED_GATE * torch.eye(H, dtype=w_ih.dtype, device=w_ih.device)
+        # K = min(B, H) extra input columns carry the (B, H) closure pattern: with B <= H, column b is the
+        # one-hot of example b and its o-gate weights are example b's closures; with B > H, column j is
+        # unit j's closure over the batch and its o-gate weight is the identity's
+        eye = torch.eye(min(B, H), dtype=x.dtype, device=x.device)
+        columns, o_block = (eye, closed.t()) if B <= H else (closed, eye)
+        x_aug = torch.cat([x, columns.unsqueeze(0).expand(T, B, -1)], dim=-1)
+        gate_block = torch.zeros(4 * H, columns.size(1), dtype=w_ih.dtype, device=w_ih.device)
+        gate_block[3 * H :] = CLOSED_GATE * o_block.to(w_ih.dtype)
         w_ih_aug = torch.cat([w_ih, gate_block], dim=1)
         out, h_n, c_n = _fused_lstm(x_aug, h0 / mask_scale, c0, w_ih_aug, w_hh * mask_scale, bias)
         return out * mask_scale, h_n * mask_scale, c_n
