@@ -70,7 +70,10 @@ class LaunchConfig:
     backend: str = "auto"
     # local GPU ids to use; None: every visible GPU
     gpus: list[int] | None = None
-    # cells at a time without GPUs (each uses torch's threads; 1 is right for a laptop)
+    # cells at a time without GPUs. With N > 1 each cell gets cores // N threads (OMP_NUM_THREADS, unless
+    # that is set already): on a 2-core CPU, launch.parallel=2 runs two one-thread cells, which together
+    # train faster than one two-thread cell (results/NOTES.md, gao2019_t1 at lite), while two two-thread
+    # cells on two cores stall each other
     parallel: int = 1
     # cells with trainer.gpus > 1 run under torchrun (DDP); false: give them one GPU each
     ddp: bool = True
@@ -192,6 +195,12 @@ def cell_command(job: Job, gpu_ids: list[int], ddp: bool) -> list[str]:
     return [sys.executable, "-m", "reproduce.launch", str(job.cfg_path)]
 
 
+def cpu_threads_per_cell(parallel: int) -> int:
+    """Threads for each of ``parallel`` CPU cells running at once: this process's cores shared out."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, parallel))
+
+
 class LocalScheduler:
     """Processes on this machine: GPUs handed out to cells as they free up; CPU cells ``parallel`` at a time."""
 
@@ -280,6 +289,8 @@ class LocalScheduler:
         env = dict(os.environ)
         if gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(_physical_id(g)) for g in gpu_ids)
+        elif not self.gpus and self.slots > 1 and "OMP_NUM_THREADS" not in env:
+            env["OMP_NUM_THREADS"] = str(cpu_threads_per_cell(self.slots))
         job.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(job.log_path, "ab")
         header = (f"\n===== repdegen: {dt.datetime.now().isoformat(timespec='seconds')} {job.label} [{job.config_hash}] "

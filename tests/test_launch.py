@@ -140,6 +140,47 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
     assert started[2][1] == "0,1,2" and "--nproc_per_node=3" in started[2][0]
 
 
+def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):
+    """launch.parallel=2 without GPUs: two cells start at once, each told to use half of the cores
+    (OMP_NUM_THREADS), unless the user set OMP_NUM_THREADS; one cell at a time keeps torch's default."""
+    import reproduce.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda requested: [])
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    started, live = [], []
+
+    class FakeProc:
+        def __init__(self, cmd, env, **kw):
+            started.append(env.get("OMP_NUM_THREADS"))
+            self.pid, self.returncode, self.polls = 0, None, 0
+            live.append(self)
+            self.peak = sum(p.returncode is None for p in live)
+
+        def poll(self):
+            self.polls += 1
+            if self.polls > 3:
+                self.returncode = EXIT_COMPLETE
+            return self.returncode
+
+    monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    def jobs(tag):
+        return [Job(f"{tag}{i}", f"cell{i}", tmp_path / f"{tag}{i}.yaml", tmp_path / f"{tag}{i}" / "train.log")
+                for i in range(4)]
+
+    status = LocalScheduler(jobs("a"), LaunchConfig(poll_seconds=0.01, parallel=2), progress=False).run()
+    assert set(status.values()) == {"complete"}
+    assert started == ["2"] * 4 and max(p.peak for p in live) == 2
+    started.clear(), live.clear()
+    LocalScheduler(jobs("b"), LaunchConfig(poll_seconds=0.01), progress=False).run()
+    assert started == [None] * 4 and max(p.peak for p in live) == 1
+    started.clear(), live.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    LocalScheduler(jobs("c"), LaunchConfig(poll_seconds=0.01, parallel=2), progress=False).run()
+    assert started == ["3"] * 4
+
+
 def test_submitit_backend_runs_cells_with_its_local_executor(tiny_data, tmp_path):
     """The SLURM path (one submitit job per cell) through submitit's local executor: jobs are
     submitted, waited for, and their results land in the ledger."""

@@ -366,7 +366,8 @@ def test_gao2019_t2_smoke_table_end_to_end(mt_corpus, tmp_path):
         assert run_table(app) == 0
     out = tmp_path / "tables" / "gao2019_t2" / "smoke"
     md = (out / "table.md").read_text()
-    for header in ("BLEU tokenized (13a, approx.) (paper)", "BLEU tokenized (13a, approx.) (ours)", "SacreBLEU (ours)", "Params (M) (ours)"):
+    for header in ("BLEU tokenized (13a, approx.) (paper)", "BLEU tokenized (13a, approx.) (ours)", "SacreBLEU (ours)",
+                   "Params (M) (ours)"):
         assert header in md
     assert "SacreBLEU signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in md
     rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
