@@ -175,10 +175,11 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
                     kept.append(f"{info.name}/{scale} (the ledger here has {complete} of its cells complete, "
                                 f"the committed rendering {committed})")
                     continue
+                trained_by = _training_command(out)
                 rows, records = collect_rows(app, cells, ledger)
                 with contextlib.redirect_stdout(io.StringIO()):
                     render(app, rows, records)
-                _stamp_command(out, info.name, scale, runs_dir)
+                _stamp_command(out, info.name, scale, runs_dir, trained_by)
                 rendered.append(f"{info.name}/{scale} ({complete}/{len(cells)} cells)")
     if rendered:
         done.append(f"Re-rendered from the ledger `{runs_dir}`: " + ", ".join(rendered) + ".")
@@ -188,12 +189,24 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
     return done
 
 
-def _stamp_command(out: Path, table: str, scale: str, runs_dir: Path) -> None:
-    """cells.json says how this rendering was made (render-only, from which ledger)."""
+def _training_command(out: Path) -> str | None:
+    """The command that trained a committed table's cells, as its cells.json says (None: none yet)."""
+    try:
+        command = json.loads((out / "cells.json").read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return command if command and "render_only=true" not in command else None
+
+
+def _stamp_command(out: Path, table: str, scale: str, runs_dir: Path, trained_by: str | None = None) -> None:
+    """cells.json keeps in ``command`` the command that trains the cells (the one to rerun: the committed
+    rendering's, else ``reproduce.table`` for that table and scale) and says in ``rendered_by`` how this
+    rendering was made (render-only, from which ledger)."""
     path = out / "cells.json"
     data = json.loads(path.read_text())
-    data["command"] = f"python -m reproduce.table table={table} scale={scale} render_only=true paths.runs_dir={runs_dir}"
-    data["rendered_by"] = "python -m reproduce.report"
+    data["command"] = trained_by or f"python -m reproduce.table table={table} scale={scale}"
+    data["rendered_by"] = (f"python -m reproduce.report (python -m reproduce.table table={table} scale={scale} "
+                           f"render_only=true paths.runs_dir={runs_dir})")
     atomic_write_json(path, data)
 
 

@@ -149,7 +149,8 @@ def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, 
     assert len(first.splitlines()) == len(second.splitlines())
     assert all(a.startswith(report.GENERATED_PREFIX) for a, _ in differ)
     cells = json.loads((table_md.parent / "cells.json").read_text())
-    assert cells["command"].startswith("python -m reproduce.table table=inan2016_t1 scale=smoke render_only=true")
+    assert cells["command"] == "python -m reproduce.table table=inan2016_t1 scale=smoke"  # what trains the cells
+    assert "table=inan2016_t1 scale=smoke render_only=true" in cells["rendered_by"]
     assert Ledger(runs).is_complete(cells["cells"][0]["config_hash"])
 
     assert report.check_report(results) == [] and report.main(["--check", "--results", str(results)]) == 0
@@ -188,3 +189,27 @@ def test_the_project_readme_gets_the_claims_headline(tmp_path):
     plain = tmp_path / "other.md"
     plain.write_text("no markers\n")
     assert not sync_status_line(plain, results_readme) and plain.read_text() == "no markers\n"
+
+
+def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tmp_path):
+    """cells.json's `command` stays the one that trained the cells (what a reader reruns), and the report's
+    render-only command goes to `rendered_by`; a cells.json that only has a render-only command (older
+    reports) gets the table's training command back."""
+    out = tmp_path / "t" / "lite"
+    out.mkdir(parents=True)
+    trained = "python -m reproduce.table table=gao2019_t1 scale=lite progress=false"
+    (out / "cells.json").write_text(json.dumps({"command": trained, "cells": []}))
+    before = report._training_command(out)
+    (out / "cells.json").write_text(json.dumps({"command": "python -m reproduce.report", "cells": []}))  # render()
+    report._stamp_command(out, "gao2019_t1", "lite", Path("outputs/runs"), before)
+    data = json.loads((out / "cells.json").read_text())
+    assert data["command"] == trained
+    assert "render_only=true paths.runs_dir=outputs/runs" in data["rendered_by"]
+    assert report._training_command(out) == trained  # a second report keeps it too
+
+    (out / "cells.json").write_text(json.dumps({"command": "python -m reproduce.table table=gao2019_t1 scale=lite "
+                                                           "render_only=true paths.runs_dir=x"}))
+    assert report._training_command(out) is None
+    report._stamp_command(out, "gao2019_t1", "lite", Path("x"), report._training_command(out))
+    assert json.loads((out / "cells.json").read_text())["command"] == "python -m reproduce.table table=gao2019_t1 scale=lite"
+    assert report._training_command(tmp_path / "missing") is None
