@@ -11,10 +11,11 @@ gradient to rare output embeddings. The reported ``nll`` is the plain NLL.
 (``losses/fused.py``); ``literal`` is AGG's three-logit form plus the autograd UL term on a fourth
 logits matmul (the reference the tests compare against).
 
-``ul_agg_gated`` is a variant, not a row of the paper: AGG's gates applied to the UL term's gradient
-to W as well (a rare token's embedding is then pushed away by UL only as much as the gate lets the NLL
-push it). It exists to diagnose the UL+AGG perplexity cost of our lite runs (results/NOTES.md), and has
-only the fused implementation.
+``ul_agg_gated`` applies AGG's gates to the UL term's gradient to W as well (a rare token's embedding is
+then pushed away by UL only as much as the gate lets the NLL push it). It is the form the UL+AGG rows of
+Yu et al.'s Tables 4 and 11 run: the ungated form stalls at ~4x UL's perplexity at lite, and Yu et al.
+define AGG as gating what rare embeddings receive from non-target contexts (docs/fidelity.md, UL+AGG;
+results/NOTES.md, yu2022_t4). It has only the fused implementation.
 """
 
 from __future__ import annotations
