@@ -95,7 +95,9 @@ def _label(row: RenderedRow) -> str:
 
 def _header_lines(meta: dict) -> list[str]:
     git = meta.get("git", {})
-    commit = git.get("commit", "unknown")[:10] + (" (uncommitted changes)" if git.get("dirty") else "")
+    # cells run at different commits come as "a+b": shorten each, keep them all
+    commit = "+".join(c[:10] for c in str(git.get("commit", "unknown")).split("+"))
+    commit += " (uncommitted changes)" if git.get("dirty") else ""
     seeds = meta.get("seeds") or []
     lines = [
         f"Source: {meta['source']}.",

@@ -142,7 +142,7 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.table import collect_rows, expand_cells, render
+    from reproduce.table import _training_command, collect_rows, expand_cells, render
 
     runs_dir, results_dir = Path(runs_dir), Path(results_dir)
     index = ledger_index(runs_dir)
@@ -175,7 +175,7 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
                     kept.append(f"{info.name}/{scale} (the ledger here has {complete} of its cells complete, "
                                 f"the committed rendering {committed})")
                     continue
-                trained_by = _training_command(out)
+                trained_by = _training_command(out / "cells.json")
                 rows, records = collect_rows(app, cells, ledger)
                 with contextlib.redirect_stdout(io.StringIO()):
                     render(app, rows, records)
@@ -187,15 +187,6 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
         done.append("Kept the committed rendering, the ledger here being incomplete: " + ", ".join(kept) + ".")
     done.append(f"Every other table keeps its committed rendering: no complete cell of it in `{runs_dir}` on this machine.")
     return done
-
-
-def _training_command(out: Path) -> str | None:
-    """The command that trained a committed table's cells, as its cells.json says (None: none yet)."""
-    try:
-        command = json.loads((out / "cells.json").read_text()).get("command")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return command if command and "render_only=true" not in command else None
 
 
 def _stamp_command(out: Path, table: str, scale: str, runs_dir: Path, trained_by: str | None = None) -> None:

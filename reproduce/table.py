@@ -465,10 +465,15 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
                                   else STATUS_COMPLETE, "config_hash": h, "run_dir": str(Path(app.paths.runs_dir) / h)})
         if not r.config_hash:
             cells_out.append({"label": r.label, "status": r.status, "config_hash": None, "run_dir": None})
-    atomic_write_json(out / "cells.json", {
-        "table": t.name, "scale": scale, "command": command_line(_ORIGINAL_ARGV or None),
-        "meta": meta, "cells": cells_out, "figures": svd_labels,
-    })
+    # cells.json's `command` is the one that trains the cells (the one to rerun); a render-only pass keeps
+    # the training command already there and says in `rendered_by` how this rendering was made
+    this_command = command_line(_ORIGINAL_ARGV or None)
+    cells_record = {"table": t.name, "scale": scale, "command": this_command,
+                    "meta": meta, "cells": cells_out, "figures": svd_labels}
+    if app.render_only:
+        cells_record["command"] = _training_command(out / "cells.json") or f"python -m reproduce.table table={t.name} scale={scale}"
+        cells_record["rendered_by"] = this_command
+    atomic_write_json(out / "cells.json", cells_record)
     atomic_write_json(out / "claims.json", {"table": t.name, "title": t.title, "scale": scale,
                                             "seeds": meta["seeds"], "claims": [verdict_record(v) for v in verdicts]})
     print(markdown)
@@ -477,6 +482,17 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
         print(claims_console(verdicts, paper_short(t.source), scale, seeds))
         print(summary_line(verdicts, t.name, scale))
     return out
+
+
+def _training_command(cells_json: Path) -> str | None:
+    """The command that trained a rendered table's cells, as its cells.json says (None: none yet)."""
+    import json
+
+    try:
+        command = json.loads(cells_json.read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return command if isinstance(command, str) and command and "render_only=true" not in command else None
 
 
 def complete_hashes(cells_json: Path) -> set[str]:

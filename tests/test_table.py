@@ -140,6 +140,15 @@ def test_render_formats_deltas_and_groups():
     assert "A & 80.00 & 82.25 & +2.25" in tex and "C & 70.00 & -- &" in tex
 
 
+def test_render_header_names_every_commit_the_cells_ran_at():
+    rows = [RenderedRow("A", None, {"test_ppl": 80.0}, {"test_ppl": 82.25}, "complete")]
+    meta = {"source": "S", "scale": "lite", "hardware": "hw", "wall_time": "1m", "generated": "now",
+            "git": {"commit": "9595316621c69b15000440dc7c77eb71d88e8a97+cf96068844098e6912dd6e61226535ed15d46ee9"}}
+    assert "Commit: `9595316621+cf96068844`." in to_markdown("T", ["test_ppl"], rows, meta, [])
+    meta["git"] = {"commit": "abcdef0123456789", "dirty": True}
+    assert "Commit: `abcdef0123 (uncommitted changes)`." in to_markdown("T", ["test_ppl"], rows, meta, [])
+
+
 def test_render_at_lite_shows_the_change_against_the_baseline_and_seeds():
     base = RenderedRow("MLE", None, {"test_ppl": 87.3}, {"test_ppl": 141.2}, "complete", config_hash="h1+h2",
                        extra={"sd": {"test_ppl": 0.6}, "n_seeds": 2, "n_done": 2})
@@ -177,3 +186,14 @@ def test_table_cli_renders(tmp_path, tiny_data):
     # nothing has run: the table renders with "(not run)" marks and the exit status says so
     assert out.returncode == 1, out.stderr[-2000:]
     assert "(not run)" in out.stdout and (tmp_path / "t" / "inan2016_t1" / "smoke" / "table.md").is_file()
+    # a render-only pass never records itself as the command that trains the cells: it keeps the one there
+    cells_json = tmp_path / "t" / "inan2016_t1" / "smoke" / "cells.json"
+    first = json.loads(cells_json.read_text())
+    assert first["command"] == "python -m reproduce.table table=inan2016_t1 scale=smoke"
+    assert "render_only=true" in first["rendered_by"]
+    trained = "python -m reproduce.table table=inan2016_t1 scale=smoke launch.parallel=2"
+    cells_json.write_text(json.dumps(dict(first, command=trained)))
+    again = subprocess.run(out.args, cwd=repo, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1, again.stderr[-2000:]
+    second = json.loads(cells_json.read_text())
+    assert second["command"] == trained and "render_only=true" in second["rendered_by"]
