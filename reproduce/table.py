@@ -471,7 +471,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     cells_record = {"table": t.name, "scale": scale, "command": this_command,
                     "meta": meta, "cells": cells_out, "figures": svd_labels}
     if app.render_only:
-        cells_record["command"] = _training_command(out / "cells.json") or f"python -m reproduce.table table={t.name} scale={scale}"
+        default = f"python -m reproduce.table table={t.name} scale={scale}"
+        cells_record["command"] = _training_command(out / "cells.json") or default
         cells_record["rendered_by"] = this_command
     atomic_write_json(out / "cells.json", cells_record)
     atomic_write_json(out / "claims.json", {"table": t.name, "title": t.title, "scale": scale,
