@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from reproduce.errors import DataError
+from core.errors import DataError
 
 _COMPOUND = re.compile(rb"(\S)-(\S)")  # a bytes pattern: \S is one non-whitespace byte, as in perl
 _TOKENIZER_13A = Tokenizer13a()

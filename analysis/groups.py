@@ -49,7 +49,7 @@ def frequency_groups(counts, fractions: Sequence[float] = (0.3, 0.5, 0.2), cutof
                      n_specials: int | None = None) -> dict[str, Group]:
     """The frequent / medium / rare groups of type ids, by training frequency (Yu et al. 2022, Sec. 3.1).
 
-    ``counts``: the training count of each id (a tensor/sequence, or a ``data.corpus.Vocab`` or
+    ``counts``: the training count of each id (a tensor/sequence, or a ``data.vocab.Vocab`` or
     ``data.bpe.BPETokenizer``, whose ``.counts`` are used). Our vocabularies are sorted by training
     frequency, so groups are contiguous id ranges and are returned as ``slice`` objects:
 

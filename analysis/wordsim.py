@@ -12,7 +12,7 @@ dictionary contributes the ``<unk>`` row), scores a pair by the cosine of the tw
 
 Here (:func:`word_vector`):
 
-* word-level vocabulary (``data.corpus.Vocab`` or anything with ``stoi``): the word's row, looked up
+* word-level vocabulary (``data.vocab.Vocab`` or anything with ``stoi``): the word's row, looked up
   case-sensitively first, then lowercased (PTB is lowercased; WS353 writes "Jerusalem", "CD");
 * BPE (``data.bpe.BPETokenizer``): ``tokenizer.encode(word)``; sentencepiece prefixes the word with its
   "▁" word-start marker, so the word is split as it would be at the start of a word in running text,

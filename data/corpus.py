@@ -29,42 +29,19 @@ import hashlib
 import io
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from reproduce.errors import ConfigError, DataError
-from reproduce.ledger import cache_write, remove_stale_cache_temps
+from core.errors import ConfigError, DataError
+from core.files import cache_write, remove_stale_cache_temps
+from data.bpe import EOS, UNK, train_bpe
+from data.vocab import Vocab
 
 SPLITS = ("train", "valid", "test")
 CACHE_FORMAT = 1
-
-
-@dataclass
-class Vocab:
-    """Types sorted by training frequency; ``counts[i]`` is the training count of type ``i``."""
-
-    itos: list[str]
-    counts: torch.Tensor
-    eos: str = "<eos>"
-    unk: str = "<unk>"
-    stoi: dict[str, int] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.stoi = {w: i for i, w in enumerate(self.itos)}
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    @property
-    def eos_id(self) -> int:
-        return self.stoi[self.eos]
-
-    @property
-    def unk_id(self) -> int | None:
-        return self.stoi.get(self.unk)
 
 
 @dataclass
@@ -264,8 +241,6 @@ def _bpe_cache_key(info: dict, tokenizer) -> str:
 def _bpe_blob(cfg, lines: dict[str, list[str]], info: dict, tokenizer, key: str) -> dict:
     import numpy as np
 
-    from data.bpe import EOS, UNK
-
     ids, oov = {}, {}
     for s in SPLITS:
         flat, _ = tokenizer.encode_flat(lines[s], add_eos=True)
@@ -297,8 +272,6 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
     lines, info = _local_lines(cfg) if source == "local" else _datasets_lines(cfg, source)
     tokenizer = None
     if tokenizer_name == "bpe":
-        from data.bpe import train_bpe
-
         tokenizer = train_bpe(lines["train"], cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,
                               unk_literal=cfg.unk or None, name=cfg.name)
         key = _bpe_cache_key(info, tokenizer)

@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.errors import ConfigError, DataError
+from core.files import cache_write, remove_stale_cache_temps
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
 from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
-from reproduce.errors import ConfigError, DataError
-from reproduce.ledger import cache_write, remove_stale_cache_temps
 
 PARALLEL_CACHE_FORMAT = 1
 

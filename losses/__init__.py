@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reproduce.registry import Registry
+from core.registry import Registry
 
 OBJECTIVES = Registry("objective", "name")
 register_objective = OBJECTIVES.register

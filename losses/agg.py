@@ -79,9 +79,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from core.errors import ConfigError
 from losses import Objective, ObjectiveOutput, register_objective
 from losses.fused import fused_softmax_loss
-from reproduce.errors import ConfigError
 
 IMPLEMENTATIONS = ("fused", "literal")
 

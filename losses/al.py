@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from core.errors import ConfigError
 from losses import Objective, ObjectiveOutput, register_objective
-from reproduce.errors import ConfigError
 
 
 @dataclass

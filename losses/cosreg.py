@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from losses import Objective, ObjectiveOutput, add_to_grad, register_objective
-from reproduce.errors import ConfigError
 
 
 @dataclass

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from core.errors import ConfigError
 from losses import Objective, ObjectiveOutput, register_objective
 from losses.fused import fused_softmax_loss
-from reproduce.errors import ConfigError
 
 MODES = ("embedding", "parts")
 PARTS = ("b", "c")

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import torch
 
+from core.errors import ConfigError
 from losses import Objective, ObjectiveOutput, add_to_grad, register_objective
-from reproduce.errors import ConfigError
 
 PRIORS = ("polynomial", "exponential")
 NORMALIZE = ("max", "none")

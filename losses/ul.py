@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import torch
 
+from core.errors import ConfigError
 from losses import Objective, ObjectiveOutput, TokenLayout, register_objective
 from losses.fused import fused_softmax_loss
-from reproduce.errors import ConfigError
 
 
 @dataclass

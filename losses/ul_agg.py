@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
+from core.errors import ConfigError
 from losses import ObjectiveOutput, register_objective
 from losses.agg import AGG, AGGConfig
 from losses.fused import fused_softmax_loss
 from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
-from reproduce.errors import ConfigError
 
 
 @dataclass

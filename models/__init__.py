@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reproduce.registry import Registry
+from core.registry import Registry
 
 MODELS = Registry("model", "arch")
 register_model = MODELS.register

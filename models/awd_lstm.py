@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from core.errors import ConfigError
 from models import register_model
 from models.base import LanguageModel, ModelOutput
-from reproduce.errors import ConfigError
 
 
 @dataclass

@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from reproduce.errors import ConfigError
+from core.errors import ConfigError
 
 StepFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from models import register_model
 from models.base import LanguageModel, ModelOutput
-from reproduce.errors import ConfigError
 
 
 @dataclass

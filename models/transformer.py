@@ -49,9 +49,9 @@ from omegaconf import MISSING
 from torch import nn
 from torch.nn import functional as F
 
+from core.errors import ConfigError
 from models import register_model
 from models.base import LanguageModel, ModelOutput
-from reproduce.errors import ConfigError
 
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")

@@ -582,7 +582,7 @@ def plot(agg: Aggregate, out_dir: Path) -> list[Path]:
 
 def write(agg: Aggregate, out_dir: str | Path) -> list[Path]:
     """Write aggregate.md / .csv / .json and the figures into ``out_dir``; return the paths written."""
-    from reproduce.ledger import atomic_write_bytes
+    from core.files import atomic_write_bytes
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -651,7 +651,7 @@ class AggregateCallback(_HydraCallback):
             return
         if (out_dir / "run.json").is_file():
             return
-        from reproduce.ledger import atomic_write_json
+        from core.files import atomic_write_json
 
         error = job_return._return_value
         atomic_write_json(out_dir / "run.json", {"config_hash": None, "status": "failed", "run_dir": None,

@@ -25,31 +25,13 @@ import os
 import re
 import sys
 
+from core.errors import ConfigError, CorruptFile, DataError, UserError  # noqa: F401 (the types live in core)
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_PREEMPTED = 3
 EXIT_INTERRUPTED = 130
-
-
-class UserError(Exception):
-    """A problem with the user's input (config, data, paths), not a bug in repdegen."""
-
-
-class ConfigError(UserError):
-    """A config value that cannot work, found before any work is done."""
-
-
-class DataError(UserError):
-    """Missing, empty or malformed corpus files, or a hub that cannot be reached."""
-
-
-class CorruptFile(UserError):
-    """A file of ours (a run record, a checkpoint, weights) that cannot be read: truncated or corrupt."""
-
-    def __init__(self, path, message: str):
-        super().__init__(message)
-        self.path = path
 
 
 # how to give a required key that was left out (``checkpoint=`` of reproduce.analyze / translate)

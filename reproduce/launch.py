@@ -103,7 +103,7 @@ class Job:
 
 def write_cell_config(cfg: DictConfig, config_hash: str, runs_dir: str | Path) -> Path:
     """``<runs_dir>/<hash>/cell.yaml``: the finalized training config the cell's process runs."""
-    from reproduce.ledger import atomic_write_bytes
+    from core.files import atomic_write_bytes
 
     path = Path(runs_dir) / config_hash / "cell.yaml"
     container = OmegaConf.to_container(cfg, resolve=True)

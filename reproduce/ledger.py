@@ -5,8 +5,8 @@
     <runs_dir>/<hash>/checkpoint.pt   last completed epoch (for trainer.resume=true)
     <runs_dir>/<hash>/best.pt         weights with the best validation loss
 
-Every file is written to a temporary name in the same directory and renamed over the old one, so a
-reader (or a killed writer) never sees half a file. A process training a run holds an exclusive
+Every file is written to a temporary name in the same directory and renamed over the old one
+(:mod:`core.files`), so a reader (or a killed writer) never sees half a file. A process training a run holds an exclusive
 ``flock`` on ``<runs_dir>/<hash>/.lock`` (:meth:`Ledger.lock`), so two schedulers, sweeps or users
 that ask for the same config never train it at once; the lock dies with its process.
 """
@@ -14,21 +14,18 @@ that ask for the same config never train it at once; the lock dies with its proc
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
-import shutil
 import socket
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from reproduce.errors import CorruptFile
+from core.errors import CorruptFile
+from core.files import atomic_write_json
 
 STATUS_COMPLETE = "complete"
 # what a render-only reader tells the user to do about a corrupt record
@@ -51,118 +48,6 @@ class RunLocked(Exception):
     def __init__(self, run_dir: Path, holder: str):
         super().__init__(f"{run_dir} is being trained by another process ({holder})")
         self.run_dir, self.holder = run_dir, holder
-
-
-def _as_disk_full(err: BaseException, path: Path) -> BaseException:
-    """torch.save reports a full disk as a RuntimeError ("iostream error", "failed writing file"): an
-    OSError(ENOSPC) naming ``path`` when the disk is (nearly) full, else ``err`` itself."""
-    if isinstance(err, OSError) or not isinstance(err, RuntimeError):
-        return err
-    try:
-        free = shutil.disk_usage(Path(path).parent).free
-    except OSError:
-        return err
-    if free < 64 * 2**20:
-        return OSError(errno.ENOSPC, f"No space left on device ({free // 1024} KiB free)", str(path))
-    return err
-
-
-def atomic_write_bytes(path: Path, write) -> None:
-    """Write ``path`` through a temporary file in its directory (``.<name>.<random>.tmp``) renamed over it:
-    readers never see half a file; the temporary file is removed when the write fails (a full disk), and
-    one left by a killed writer is removed by the next run of the same config (:func:`remove_stale_temps`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        _discard_temp(tmp, err, path)
-        raise
-
-
-def _discard_temp(tmp, err: BaseException, path: Path) -> None:
-    """After a failed write of ``path`` through ``tmp``: remove the temp file; a full disk becomes the
-    user error that names ``path`` (raised here); any other error is re-raised by the caller."""
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    full = _as_disk_full(err, path)
-    if full is not err:
-        raise full from None
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, lambda f: f.write(json.dumps(obj, indent=2, sort_keys=False).encode()))
-
-
-def atomic_torch_save(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, lambda f: torch.save(obj, f))
-
-
-def remove_stale_temps(run_dir: Path, keep_prefixes: tuple[str, ...] = (".cell.yaml.",)) -> list[Path]:
-    """Remove the temporary files (``.<name>.<random>.tmp``) a killed writer left in a run directory.
-    Call it holding the run's lock: then no other process writes there (but a table process may be
-    writing ``cell.yaml``, whose temporary files are kept)."""
-    removed = []
-    for tmp in Path(run_dir).glob(".*.tmp"):
-        if tmp.name.startswith(keep_prefixes) or not tmp.is_file():
-            continue
-        try:
-            tmp.unlink()
-            removed.append(tmp)
-        except FileNotFoundError:
-            pass
-    return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_cache_temps(path: Path) -> None:
-    """Remove the temporary files of ``path`` (``<name>.<host>-<pid>.tmp``) that killed writers left:
-    this host's whose process is gone, another host's after a day."""
-    path = Path(path)
-    host = socket.gethostname().replace("-", "_").replace(".", "_")
-    for tmp in path.parent.glob(f"{path.name}.*-*.tmp"):
-        owner, _, pid = tmp.name[len(path.name) + 1 : -len(".tmp")].rpartition("-")
-        try:
-            stale = (owner == host and pid.isdigit() and not _pid_alive(int(pid))) or (
-                owner != host and time.time() - tmp.stat().st_mtime > 86400)
-            if stale:
-                tmp.unlink()
-        except FileNotFoundError:
-            pass
-
-
-def cache_write(path: Path, write) -> None:
-    """Write a file of a cache that several processes (and hosts) share, e.g. ``cache/corpora/<name>.pt``:
-    through ``<name>.<host>-<pid>.tmp`` renamed over it; the temporary file is removed when the write
-    fails (a full disk), and those a killed writer left are removed first (this host's whose process is
-    gone; another host's after a day)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_cache_temps(path)
-    host = socket.gethostname().replace("-", "_").replace(".", "_")
-    tmp = path.with_name(f"{path.name}.{host}-{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException as err:
-        _discard_temp(tmp, err, path)
-        raise
 
 
 def read_record(path: Path, fix: str) -> dict:

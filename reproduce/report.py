@@ -38,8 +38,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from core.files import atomic_write_bytes, atomic_write_json
 from reproduce.config import CONF_DIR
-from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json
+from reproduce.ledger import STATUS_COMPLETE, Ledger
 
 SCALES = ("paper", "lite", "smoke")
 GENERATED_PREFIX = "Generated: "

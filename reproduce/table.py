@@ -42,6 +42,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from analysis.figures import plot_validation_curves
 from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
+from core.files import atomic_write_bytes, atomic_write_json
 from reproduce.claims import Claim, validate_claims
 from reproduce.config import CONF_DIR, PathsConfig, ScaleConfig, config_hash, finalize, register_all
 from reproduce.errors import (
@@ -55,7 +56,7 @@ from reproduce.errors import (
     report_user_error,
 )
 from reproduce.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
-from reproduce.ledger import STATUS_COMPLETE, Ledger, atomic_write_bytes, atomic_write_json, load_torch_file
+from reproduce.ledger import STATUS_COMPLETE, Ledger, load_torch_file
 from reproduce.provenance import command_line, git_commit, hardware_summary
 
 SCALE_NOTES = {

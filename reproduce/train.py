@@ -36,34 +36,24 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from core.files import atomic_torch_save, atomic_write_json, remove_stale_temps
 from data.corpus import load_corpus
 from losses import build_objective
 from models import build_model, resolve_tie
 from reproduce import distributed as dist
 from reproduce.config import config_hash, finalize, register_all
 from reproduce.errors import EXIT_PREEMPTED, ConfigError, UserError, exit_on_user_error, mark_task_started
-from reproduce.ledger import (
-    STATUS_COMPLETE,
-    CorruptRecord,
-    Ledger,
-    RunLocked,
-    atomic_torch_save,
-    atomic_write_json,
-    check_torch_file,
-    remove_stale_temps,
-)
+from reproduce.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
 from reproduce.loggers import make_logger
 from reproduce.provenance import command_line, git_commit, hardware
 from reproduce.tasks import check_world_size
-from reproduce.trainer import Preempted, SimulatedInterrupt, Trainer, TrainingDiverged
+from reproduce.trainer import CORRUPT_CHECKPOINT_FIX, Preempted, SimulatedInterrupt, Trainer, TrainingDiverged
 
 register_all()
 
 # `python -m reproduce.train` exits with EXIT_PREEMPTED (3) when a preemption signal (or
 # trainer.stop_after_updates) stopped the run after its checkpoint: run it again to continue
 STATUS_PREEMPTED = "preempted"
-CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
-                          "(its record is kept), or restore the file from a copy")
 
 
 def load_any_corpus(dataset_cfg, cache_dir, verbose: bool = True):

@@ -41,11 +41,16 @@ from pathlib import Path
 import torch
 
 from analysis.metrics import embedding_metrics
+from core.files import atomic_torch_save
 from reproduce import distributed as dist
 from reproduce.errors import UserError
-from reproduce.ledger import atomic_torch_save, load_torch_file
+from reproduce.ledger import load_torch_file
 from reproduce.progress import progress_bar
 from reproduce.tasks import make_task
+
+# what to do about a checkpoint that cannot be read (reproduce.train says it before a resume, the trainer on load)
+CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
+                          "(its record is kept), or restore the file from a copy")
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
@@ -266,8 +271,6 @@ class Trainer:
         path = self.checkpoint_path()
         if not path.is_file():
             return False
-        from reproduce.train import CORRUPT_CHECKPOINT_FIX
-
         ckpt = load_torch_file(path, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=path), map_location=self.device)
         self.state = RunState(**ckpt["run_state"])
         self.model.load_state_dict(ckpt["model"])

@@ -29,7 +29,7 @@ from analysis.inspection import (
 )
 from analysis.wordsim import evaluate_wordsim, load_wordsim, rankdata, spearman, word_vector
 from data.batching import batchify
-from data.corpus import Vocab
+from data.vocab import Vocab
 from models import build_model
 from models.generation import lm_continue
 from models.lstm_lm import LSTMLMConfig

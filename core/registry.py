@@ -10,7 +10,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from reproduce.errors import ConfigError
+from core.errors import ConfigError
 
 
 class Registry:
