@@ -1,7 +1,13 @@
-"""Sizes without training: parameter counts (total and by part) and the resolved hyperparameters.
+"""Sizes without training: parameter counts (total and by part) and the resolved hyperparameters; or one cell's
+config with where each value comes from.
 
     python -m reproduce.describe model=awd_lstm dataset=wikitext2
     python -m reproduce.describe experiment=inan2017/medium objective=real
+    python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite [seed=N] [all=true]   # a table cell, annotated
+    python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
+
+The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
+override or a scale cap sets (``all=true``: schema defaults too), then the config hash (see :mod:`reproduce.sources`).
 
 The vocabulary size is counted from the corpus when it is in a local directory (``REPDEGEN_DATA_DIR``),
 else taken from ``dataset.vocab_size`` (the papers' value); the output says which. The model
@@ -11,6 +17,7 @@ is built on PyTorch's meta device, so even the largest model costs no memory.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import hydra
@@ -68,8 +75,88 @@ def main(cfg: DictConfig) -> None:
     print(json.dumps(exit_on_user_error(describe)(cfg), indent=2))
 
 
-if __name__ == "__main__":
-    from reproduce.errors import install_hydra_error_handler
+def _pop_flag(args: list[str], key: str) -> str | None:
+    """Remove ``key=value`` from ``args``; its value (None: absent)."""
+    for i, a in enumerate(args):
+        if a.startswith(f"{key}="):
+            return args.pop(i).split("=", 1)[1]
+    return None
 
+
+def table_cell(table: str, row: str | None, scale: str, seed: int | None, extra: list[str]):
+    """The cell of ``table`` (at ``scale``) whose row is labelled ``row`` (and runs ``seed``; else its first)."""
+    from hydra import compose
+
+    from reproduce.errors import ConfigError
+    from reproduce.table import all_table_names, expand_cells
+
+    if table not in all_table_names():
+        raise ConfigError(f"table={table!r} is not a table; tables: {', '.join(all_table_names())}")
+    app = compose("table_app", overrides=[f"table={table}", f"scale={scale}"])
+    app.overrides = list(extra)
+    cells = expand_cells(app)
+    labels = [r.label for r in app.table.rows]
+    runs = [r.label for i, r in enumerate(app.table.rows) if any(i in c.rows for c in cells)]
+    if not runs:
+        raise ConfigError(f"{table} runs no row at scale={scale} (its rows are paper-only there)")
+    if row is None or row not in labels:
+        raise ConfigError(f"row={row!r} is not a row of {table}; the rows it runs at scale={scale}: "
+                          f"{', '.join(repr(x) for x in runs)} (e.g. row={runs[0]!r}; quote labels with spaces)")
+    index = labels.index(row)
+    mine = [c for c in cells if index in c.rows]
+    if not mine:
+        raise ConfigError(f"row={row!r} of {table} does not run at scale={scale} (paper only there)")
+    if seed is not None:
+        picked = [c for c in mine if c.seed == seed]
+        if not picked:
+            runs = ", ".join(str(c.seed) for c in mine if c.seed is not None) or "the preset's seed only (no seed=)"
+            raise ConfigError(f"seed={seed}: row {row!r} of {table} at scale={scale} runs seeds {runs}")
+        return picked[0], mine
+    return mine[0], mine
+
+
+def annotated(args: list[str]) -> str:
+    """The text of ``describe table=... row=...`` or ``describe experiment=... sources=true``."""
+    from hydra import initialize_config_dir
+
+    from reproduce.config import CONF_DIR, config_hash
+    from reproduce.sources import compose_with_sources, format_sources
+
+    args = list(args)
+    show_all = (_pop_flag(args, "all") or "false").lower() == "true"
+    _pop_flag(args, "sources")
+    table = _pop_flag(args, "table")
+    header = []
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        if table is not None:
+            row = _pop_flag(args, "row")
+            scale = _pop_flag(args, "scale") or "paper"
+            seed = _pop_flag(args, "seed")
+            cell, mine = table_cell(table, row, scale, None if seed is None else int(seed), args)
+            overrides = [f"experiment={cell.experiment}", *cell.overrides]
+            seeds = ", ".join(str(c.seed) for c in mine if c.seed is not None)
+            header.append(f"# table {table}, row {row!r}, scale {scale}, "
+                          + (f"seed {cell.seed} (the row runs seeds {seeds})" if seeds else "the preset's seed"))
+        else:
+            overrides = args
+        cfg, sources = compose_with_sources(overrides)
+    h = config_hash(cfg)
+    header.append(f"# python -m reproduce.train {' '.join(o for o in overrides if not o.startswith(('paths.', 'logger.')))}")
+    header.append(f"# config hash {h}; every key a config file, an override or a scale cap sets"
+                  + (", and the schema defaults" if show_all else " (all=true: the schema defaults too)"))
+    return "\n".join(header + [format_sources(cfg, sources, only_set=not show_all)])
+
+
+def cli() -> None:
+    from reproduce.errors import exit_on_user_error, install_hydra_error_handler
+
+    args = sys.argv[1:]
+    if any(a.startswith("table=") for a in args) or any(a.startswith("sources=") for a in args):
+        print(exit_on_user_error(annotated)(args))
+        return
     install_hydra_error_handler()
     main()
+
+
+if __name__ == "__main__":
+    cli()

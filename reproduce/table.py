@@ -140,6 +140,9 @@ class Cell:
     config_hash: str
     # the seed this cell runs (None: the preset's)
     seed: int | None = None
+    # what composes it: reproduce.train experiment=<experiment> <overrides> (the first row's)
+    experiment: str | None = None
+    overrides: list[str] = field(default_factory=list)
 
 
 def scale_names() -> list[str]:
@@ -193,7 +196,7 @@ def expand_cells(app: DictConfig) -> list[Cell]:
                 cells[h].rows.append(i)
             else:
                 label = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}".strip()
-                cells[h] = Cell([i], label, cfg, h, seed)
+                cells[h] = Cell([i], label, cfg, h, seed, row.experiment, overrides)
     return list(cells.values())
 
 
