@@ -4,7 +4,13 @@ options of that group extend."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import importlib.util
+import os
+import pkgutil
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -42,3 +48,44 @@ class Registry:
         if isinstance(cfg, DictConfig):
             return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_cls), cfg))
         return cfg
+
+
+def import_submodules(package: str, path: Iterable[str]) -> None:
+    """Import every module of a package (its registrations run): a new objective or model is one file, no list
+    to keep."""
+    for info in sorted(pkgutil.iter_modules(list(path)), key=lambda m: m.name):
+        importlib.import_module(f"{package}.{info.name}")
+
+
+PLUGINS_ENV = "REPDEGEN_PLUGINS"
+_LOADED_PLUGINS: set[str] = set()
+
+
+def load_plugins(spec: str | None = None) -> list[str]:
+    """Import the modules named in ``spec`` (default: the ``REPDEGEN_PLUGINS`` environment variable), separated by
+    ``os.pathsep`` or commas: a ``.py`` file path or a dotted module name. Their ``@register_objective`` /
+    ``@register_model`` decorators run, so their configs compose like ours (their YAML folder goes on Hydra's
+    search path: ``hydra.searchpath=[file:///path/to/conf]``). Returns the entries imported now."""
+    spec = os.environ.get(PLUGINS_ENV, "") if spec is None else spec
+    done = []
+    for entry in [e.strip() for part in spec.split(os.pathsep) for e in part.split(",") if e.strip()]:
+        if entry in _LOADED_PLUGINS:
+            continue
+        try:
+            if entry.endswith(".py"):
+                path = Path(entry).expanduser().resolve()
+                if not path.is_file():
+                    raise FileNotFoundError(f"{path} does not exist")
+                name = f"repdegen_plugin_{path.stem}"
+                module_spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(module_spec)
+                sys.modules[name] = module
+                module_spec.loader.exec_module(module)
+            else:
+                importlib.import_module(entry)
+        except (ImportError, FileNotFoundError) as err:
+            raise ConfigError(f"{PLUGINS_ENV} entry {entry!r} cannot be imported ({err}); expected a .py file or a "
+                              f"module on the Python path, e.g. {PLUGINS_ENV}=/path/to/my_objective.py") from None
+        _LOADED_PLUGINS.add(entry)
+        done.append(entry)
+    return done

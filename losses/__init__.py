@@ -2,8 +2,10 @@
 
 An objective receives the model's hidden states and the targets, forms the logits from the
 model's ``output_embedding`` / ``output_bias`` itself, and returns an :class:`ObjectiveOutput`.
-Adding one = a module here with a config dataclass and a class registered with
-``@register_objective(name, ConfigClass)``, plus ``conf/objective/<name>.yaml``.
+Adding one = one module here (found automatically) with a config dataclass extending
+:class:`ObjectiveConfig` and a class registered with ``@register_objective(name, ConfigClass)``, plus
+``conf/objective/<name>.yaml``. Outside this package: the module's path in ``REPDEGEN_PLUGINS`` and the
+YAML's folder on Hydra's search path (``core.registry.load_plugins``; README, "Adding an objective").
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.registry import Registry
+from core.registry import Registry, import_submodules
 
 OBJECTIVES = Registry("objective", "name")
 register_objective = OBJECTIVES.register
+
+
+@dataclass
+class ObjectiveConfig:
+    """What every objective's config has: its registered ``name`` and ``tie_weights`` (None: the model's own
+    default, tied for AWD-LSTM and the Transformers, untied for the LSTMs of Inan et al.; ``reproduce.config.finalize``
+    resolves it and writes the result to ``model.tie_weights`` too)."""
+
+    name: str = "?"
+    tie_weights: bool | None = None
 
 
 @dataclass
@@ -115,4 +127,4 @@ def objective_names() -> list[str]:
     return OBJECTIVES.names()
 
 
-from losses import adv_mle, agg, al, cosreg, freeze, fused, mle, sc, ul, ul_agg  # noqa: E402,F401  (register the objectives)
+import_submodules(__name__, __path__)  # every module here registers its objectives

@@ -38,17 +38,16 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 
 
 @dataclass
-class AdvMLEConfig:
+class AdvMLEConfig(ObjectiveConfig):
     """``eps`` = 0.005 with ``relative`` = true: the authors' released language-model setting."""
 
     name: str = "adv_mle"
     eps: float = 0.005
     relative: bool = True
-    tie_weights: bool | None = None
 
 
 def adversarial_target_shift(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor, eps: float,

@@ -80,14 +80,14 @@ import torch.distributed as dist
 from torch import nn
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 from losses.fused import fused_softmax_loss
 
 IMPLEMENTATIONS = ("fused", "literal")
 
 
 @dataclass
-class AGGConfig:
+class AGGConfig(ObjectiveConfig):
     name: str = "agg"
     alpha: float = 0.03  # 0.03 for language modelling, 0.08 for translation (Yu App. B)
     gate1: bool = True  # false: Yu Table 8 "no g1"
@@ -96,7 +96,6 @@ class AGGConfig:
     static_after_updates: int | None = None  # freeze the rare set after this many updates (Table 9)
     static_after_epochs: float | None = None  # the same in epochs of updates (resolved by setup)
     implementation: str = "fused"  # fused | literal
-    tie_weights: bool | None = None
 
 
 def agg_gates(appearance: torch.Tensor, rare: torch.Tensor, gate1: bool = True, gate2: bool = True):

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 
 
 @dataclass
-class ALConfig:
+class ALConfig(ObjectiveConfig):
     """Defaults: tau = 20 (the official code) and alpha = 300, our choice for tau = 20 (see
     docs/fidelity.md); Inan & Khosravi (2016)'s settings use tau = 1 and alpha 0.15-0.35."""
 
@@ -40,7 +40,6 @@ class ALConfig:
     temperature: float = 20.0
     form: str = "kl"
     target_grad: str = "official"
-    tie_weights: bool | None = None
     # Inan 2017 Sec. 6.2 (Fig. 1): J_tot = beta * tau^2 * |V| * J_aug + (1 - beta) * J (eq. 6.1) replaces
     # J + alpha * J_aug when beta is set; unit_norm_embedding renormalises the rows of L to norm 1
     # after every update ("we also constrain each row of the input embedding matrix to have a norm of 1")

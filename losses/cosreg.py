@@ -25,14 +25,13 @@ import torch
 from torch import nn
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, add_to_grad, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
 
 
 @dataclass
-class CosRegConfig:
+class CosRegConfig(ObjectiveConfig):
     name: str = "cosreg"
     gamma: float = 1.0
-    tie_weights: bool | None = None
 
 
 def cosine_regularizer(weight: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 from losses.fused import fused_softmax_loss
 
 MODES = ("embedding", "parts")
@@ -36,14 +36,13 @@ PARTS = ("b", "c")
 
 
 @dataclass
-class FreezeConfig:
+class FreezeConfig(ObjectiveConfig):
     name: str = "freeze"
     mode: str = "embedding"
     parts: list[str] = field(default_factory=lambda: ["b", "c"])
     # freeze during optimizer updates 0 .. until_step - 1 (null: the whole run)
     until_step: int | None = None
     rare_fraction: float = 0.2
-    tie_weights: bool | None = None
 
 
 @register_objective("freeze", FreezeConfig)

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 
 
 @dataclass
-class MLEConfig:
+class MLEConfig(ObjectiveConfig):
     name: str = "mle"
-    # None: the model's own default (tied for AWD-LSTM, untied for the LSTMs of Inan et al.)
-    tie_weights: bool | None = None
 
 
 @dataclass

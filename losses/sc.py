@@ -44,14 +44,14 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, add_to_grad, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
 
 PRIORS = ("polynomial", "exponential")
 NORMALIZE = ("max", "none")
 
 
 @dataclass
-class SCConfig:
+class SCConfig(ObjectiveConfig):
     """Defaults are our choice (the paper reports neither c1, c2 nor gamma): see the module docstring."""
 
     name: str = "sc"
@@ -62,7 +62,6 @@ class SCConfig:
     lambda_prior: float = 1.0
     normalize: str = "max"
     every: int = 1
-    tie_weights: bool | None = None
 
 
 def spectrum_prior(d: int, prior: str, c1: float, c2: float, gamma: float, device=None) -> torch.Tensor:

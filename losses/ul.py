@@ -34,17 +34,16 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import ConfigError
-from losses import Objective, ObjectiveOutput, TokenLayout, register_objective
+from losses import Objective, ObjectiveConfig, ObjectiveOutput, TokenLayout, register_objective
 from losses.fused import fused_softmax_loss
 
 
 @dataclass
-class ULConfig:
+class ULConfig(ObjectiveConfig):
     """``alpha`` = 1.0: Welleck et al.'s token-level setting and Yu et al. (2022) Table 12."""
 
     name: str = "ul"
     alpha: float = 1.0
-    tie_weights: bool | None = None
 
 
 def unlikelihood_candidates(targets: torch.Tensor, layout: TokenLayout) -> tuple[torch.Tensor, torch.Tensor]:

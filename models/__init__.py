@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.registry import Registry
+from core.registry import Registry, import_submodules
 
 MODELS = Registry("model", "arch")
 register_model = MODELS.register
@@ -49,4 +49,4 @@ def build_model(model_cfg: Any, vocab_size: int, tie_weights: bool | None = None
     return model_cls(model_cfg, vocab_size, tie)
 
 
-from models import awd_lstm, lstm_lm, transformer  # noqa: E402,F401  (register the architectures)
+import_submodules(__name__, __path__)  # every module here registers its architectures

@@ -315,6 +315,15 @@ def register_all() -> None:
     register_base_configs()
     import losses  # noqa: F401  (registers objective schemas)
     import models  # noqa: F401  (registers model schemas)
+    from core.registry import load_plugins
+
+    try:
+        load_plugins()  # REPDEGEN_PLUGINS: objectives and models from outside the repository
+    except ConfigError as err:  # at import of an entrypoint: one line and exit status 2, no traceback
+        from reproduce.errors import EXIT_USER_ERROR, report_user_error
+
+        report_user_error(err)
+        raise SystemExit(EXIT_USER_ERROR) from None
 
     _REGISTERED = True
 
