@@ -36,6 +36,10 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def classes(self) -> list[type]:
+        """The registered classes, in name order."""
+        return [self._entries[n][0] for n in self.names()]
+
     def entry(self, cfg: Any) -> tuple[type, type]:
         name = cfg[self.key] if isinstance(cfg, DictConfig) else getattr(cfg, self.key)
         if name not in self._entries:

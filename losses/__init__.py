@@ -78,6 +78,9 @@ class Objective(nn.Module):
     label_smoothed_cross_entropy spreads it over the V - 1 others, a difference of eps / V)."""
 
     label_smoothing: float = 0.0
+    # logs the trainer records at every update over the first updates (result.json "trace") and tables plot:
+    # name -> (figure file, title); e.g. AGG's rare-group size. The trainer names no objective.
+    traces: dict[str, tuple[str, str]] = {}
 
     def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
         """Called by the trainer before training (and before a checkpoint is loaded) with what a

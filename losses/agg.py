@@ -118,6 +118,9 @@ class AGG(Objective):
     ``total`` (V,) int64 their sum, ``slot_step`` (K,) int64 the step that last wrote each slot (-1:
     never), ``special`` (V,) bool never-rare symbols, ``static_rare`` (V,) bool the frozen rare set."""
 
+    # the trainer records the rare group's size per update; tables plot it (Yu et al. Fig. 4, Table 9)
+    traces = {"rare_count": ("rare_group_size.png", "AGG rare group size")}
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg

@@ -343,14 +343,16 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
         plot_metric_over_training(histories, keys, out / "geometry_over_training.png", f"Embedding geometry — {title}",
                                   x_key="step")
         written.append("geometry_over_training.png")
-    traces = {r["_row_label"]: r["trace"]["rare_count"] for r in records if r.get("trace", {}).get("rare_count")}
-    if traces:
-        from analysis.embedding_figures import plot_metric_over_training
+    from losses import OBJECTIVES
 
-        hist = {label: [{"step": s, "rare_count": v} for s, v in t] for label, t in traces.items()}
-        plot_metric_over_training(hist, "rare_count", out / "rare_group_size.png",
-                                  f"AGG rare group size over the first updates — {title}", x_key="step")
-        written.append("rare_group_size.png")
+    for name, (filename, what) in sorted({k: v for cls in OBJECTIVES.classes() for k, v in cls.traces.items()}.items()):
+        traces = {r["_row_label"]: r["trace"][name] for r in records if r.get("trace", {}).get(name)}
+        if traces:
+            from analysis.embedding_figures import plot_metric_over_training
+
+            hist = {label: [{"step": s, name: v} for s, v in t] for label, t in traces.items()}
+            plot_metric_over_training(hist, name, out / filename, f"{what} over the first updates — {title}", x_key="step")
+            written.append(filename)
     for k, r in enumerate(records, 1):
         run = runs_dir / r["config_hash"]
         weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")

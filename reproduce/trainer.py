@@ -367,9 +367,11 @@ class Trainer:
         if self.o.clip_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
         opt.step()
-        if self.state.updates < TRACE_UPDATES and "rare_count" in getattr(task, "last_logs", {}):
-            value = float(task.last_logs["rare_count"])  # a host sync, for the first updates only
-            self.state.trace.setdefault("rare_count", []).append([self.state.updates, value])
+        if self.state.updates < TRACE_UPDATES:
+            logs = getattr(task, "last_logs", {})
+            for name in objective.traces:
+                if name in logs:  # a host sync, for the first updates only
+                    self.state.trace.setdefault(name, []).append([self.state.updates, float(logs[name])])
         objective.after_update(model, self.state.updates)
         return finite, nll_sum, n_tok
 

@@ -326,3 +326,18 @@ def test_training_run_saves_the_counter_memory(compose_cfg, tmp_path):
     assert memory["slot_step"].sort().values.tolist() == list(range(updates - k, updates))  # the last K updates
     assert memory["total"].tolist() == memory["counts"].sum(0).tolist() and int(memory["total"].sum()) > 0
     assert memory["special"].any()  # <unk> / <eos> of the word corpus
+
+
+def test_the_trainer_records_the_traces_the_objective_declares(compose_cfg, tmp_path):
+    """AGG declares `traces = {"rare_count": ...}`; the trainer (which names no objective) records it per update."""
+    rec = train(compose_cfg("experiment=inan2017/small", "scale=smoke", "objective=agg", "objective.alpha=20"))
+    ckpt = torch.load(tmp_path / "out" / "runs" / rec["config_hash"] / "checkpoint.pt", map_location="cpu",
+                      weights_only=False)
+    memory, updates = ckpt["objective"], ckpt["run_state"]["updates"]
+    trace = rec["trace"]["rare_count"]
+    assert [s for s, _ in trace] == list(range(updates))
+    # the last value, recomputed from the saved memory: types (not special) seen < alpha times per update
+    appearance = memory["total"].double() / min(updates, memory["counts"].size(0))
+    expected = int(((appearance < 20) & ~memory["special"]).sum())
+    assert trace[-1][1] == expected and 0 < expected < memory["total"].numel()
+    assert "trace" not in train(compose_cfg("experiment=inan2017/small", "scale=smoke", "objective=mle"))
