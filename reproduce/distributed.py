@@ -298,6 +298,15 @@ def preempt_requested() -> bool:
     return _PREEMPT_REQUESTED
 
 
+def stop_reason(stop_after_updates: int | None, updates: int) -> str | None:
+    """Why a run stops at this update boundary (None: it goes on); the same answer on every rank."""
+    if stop_after_updates is not None and updates == stop_after_updates:
+        return f"trainer.stop_after_updates={stop_after_updates}"
+    if any_rank(preempt_requested()):
+        return "a preemption signal (SIGUSR1/SIGTERM)"
+    return None
+
+
 @contextlib.contextmanager
 def preemption_signals():
     """While the block runs, SIGUSR1 and SIGTERM only set the flag :func:`preempt_requested` reads
@@ -343,3 +352,31 @@ def requeue_if_slurm() -> bool:
         return False
     print(f"repdegen: SLURM job {job} requeued; it resumes from the checkpoint", flush=True)
     return True
+
+
+class TrainStep(torch.nn.Module):
+    """Model and objective as one module, whose forward is the task's loss of one micro-batch: what
+    ``DistributedDataParallel`` wraps. ``always_loss``: for a rank whose shard is empty, a zero loss
+    over every parameter instead of None, so that it joins the gradient all-reduce."""
+
+    def __init__(self, model, objective, task):
+        super().__init__()
+        self.model, self.objective = model, objective
+        self.task = task  # not a module: its state (the carried recurrent state) is the trainer's
+
+    def forward(self, batch, update: int, always_loss: bool = False):
+        loss, nll_sum, n_tok = self.task.loss(self.model, self.objective, batch, update)
+        if loss is None and always_loss:
+            loss = sum(p.reshape(-1)[0] * 0.0 for p in self.parameters() if p.requires_grad)
+        return loss, nll_sum, n_tok
+
+
+def wrap_train_step(model, objective, task, device: torch.device):
+    """``DistributedDataParallel`` around :class:`TrainStep` when this process is one of several ranks, else None.
+    Gradients are bucketed and all-reduced during the backward pass (``no_sync`` on all but the last micro-batch)."""
+    if not is_distributed():
+        return None
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index if device.index is not None else device_index()] if device.type == "cuda" else None
+    return DistributedDataParallel(TrainStep(model, objective, task), device_ids=ids, broadcast_buffers=False)

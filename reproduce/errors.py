@@ -34,6 +34,27 @@ EXIT_PREEMPTED = 3
 EXIT_INTERRUPTED = 130
 
 
+# how a training run ends other than complete (reproduce.trainer raises them, reproduce.train reports them)
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+    @classmethod
+    def at_update(cls, desc: str, step: int, n_steps: int, lr: float, state, checkpoint) -> TrainingDiverged:
+        return cls(f"the training loss became NaN or infinite at {desc}, by update {step + 1}/{n_steps} (lr={lr:g}). "
+                   f"The last good checkpoint (after epoch {state.epoch} of stage {state.stage!r}) is kept at "
+                   f"{checkpoint}. Lower optim.lr or set optim.clip_grad_norm, then rerun with trainer.resume=true")
+
+
+class SimulatedInterrupt(Exception):
+    """Raised after ``trainer.stop_after_epochs`` epochs (tests of kill-and-resume)."""
+
+
+class Preempted(Exception):
+    """SIGUSR1/SIGTERM (or ``trainer.stop_after_updates``) stopped the run after a checkpoint was
+    written; ``trainer.resume=true`` continues it exactly."""
+
+
+
 # how to give a required key that was left out (``checkpoint=`` of reproduce.analyze / translate)
 MISSING_HINTS = {
     "checkpoint": "checkpoint=outputs/runs/<hash> (a run directory of reproduce.train, or a weights file in one)",

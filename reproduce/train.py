@@ -41,13 +41,23 @@ from data.corpus import load_corpus
 from losses import build_objective
 from models import build_model, resolve_tie
 from reproduce import distributed as dist
+from reproduce.checkpoint import CORRUPT_CHECKPOINT_FIX
 from reproduce.config import config_hash, finalize, register_all
-from reproduce.errors import EXIT_PREEMPTED, ConfigError, UserError, exit_on_user_error, mark_task_started
+from reproduce.errors import (
+    EXIT_PREEMPTED,
+    ConfigError,
+    Preempted,
+    SimulatedInterrupt,
+    TrainingDiverged,
+    UserError,
+    exit_on_user_error,
+    mark_task_started,
+)
 from reproduce.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
 from reproduce.loggers import make_logger
 from reproduce.provenance import command_line, git_commit, hardware
 from reproduce.tasks import check_world_size
-from reproduce.trainer import CORRUPT_CHECKPOINT_FIX, Preempted, SimulatedInterrupt, Trainer, TrainingDiverged
+from reproduce.trainer import Trainer
 
 register_all()
 

@@ -46,8 +46,9 @@ from data.corpus import Corpus, Vocab  # noqa: E402
 from losses import build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
 from reproduce.config import CONF_DIR, finalize, register_all  # noqa: E402
+from reproduce.optim import use_bf16  # noqa: E402
 from reproduce.provenance import git_commit, hardware  # noqa: E402
-from reproduce.trainer import Trainer, use_bf16  # noqa: E402
+from reproduce.trainer import Trainer  # noqa: E402
 
 # peak dense tensor throughput (FLOP/s) by device name fragment: (bf16, fp32/tf32-off)
 PEAK_FLOPS = {

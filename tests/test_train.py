@@ -17,9 +17,9 @@ from hydra.errors import ConfigCompositionException
 
 import reproduce.trainer as trainer_mod
 from reproduce.config import config_hash, finalize
-from reproduce.errors import ConfigError
+from reproduce.errors import ConfigError, TrainingDiverged
+from reproduce.optim import averaged_weights, nonmonotone_trigger
 from reproduce.train import train
-from reproduce.trainer import TrainingDiverged, averaged_weights, nonmonotone_trigger
 
 REPO = Path(__file__).resolve().parents[1]
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke")

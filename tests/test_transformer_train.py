@@ -392,20 +392,22 @@ def test_gao2019_t2_smoke_table_end_to_end(mt_corpus, tmp_path):
 @pytest.mark.parametrize("init_lr", [0.0, 1e-7])
 def test_inverse_sqrt_schedule_is_fairseqs(init_lr):
     lr, warmup = 7e-4, 4000
-    trainer = SimpleNamespace(o=SimpleNamespace(lr=lr, warmup_updates=warmup, warmup_init_lr=init_lr))
+    from reproduce.optim import lr_for_update
+
+    o = SimpleNamespace(lr=lr, warmup_updates=warmup, warmup_init_lr=init_lr)
     for update in (0, 1, warmup // 2, warmup - 1, warmup, 4 * warmup, 100_000):
-        got = Trainer.lr_for_update(trainer, update)
+        got = lr_for_update(o, update)
         assert got == pytest.approx(fairseq_inverse_sqrt(update, lr, warmup, init_lr), rel=1e-12, abs=1e-15)
-    assert Trainer.lr_for_update(trainer, 0) == init_lr
-    assert Trainer.lr_for_update(trainer, warmup // 2) == pytest.approx((init_lr + lr) / 2)
-    assert Trainer.lr_for_update(trainer, warmup) == pytest.approx(lr)
-    assert Trainer.lr_for_update(trainer, 4 * warmup) == pytest.approx(lr / 2)
+    assert lr_for_update(o, 0) == init_lr
+    assert lr_for_update(o, warmup // 2) == pytest.approx((init_lr + lr) / 2)
+    assert lr_for_update(o, warmup) == pytest.approx(lr)
+    assert lr_for_update(o, 4 * warmup) == pytest.approx(lr / 2)
     # Vaswani et al.: d^-0.5 * min(step^-0.5, step * warmup^-1.5) with lr = (d * warmup)^-0.5, from 0
     if init_lr == 0.0:
         d = 512
-        trainer.o.lr = (d * warmup) ** -0.5
+        o.lr = (d * warmup) ** -0.5
         for step in (1, 100, warmup, 3 * warmup):
-            assert Trainer.lr_for_update(trainer, step) == pytest.approx(d**-0.5 * min(step**-0.5, step * warmup**-1.5))
+            assert lr_for_update(o, step) == pytest.approx(d**-0.5 * min(step**-0.5, step * warmup**-1.5))
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])

@@ -1,0 +1,132 @@
+"""What a run writes to resume and to evaluate: the checkpoint (weights, optimizer, :class:`RunState`, every rank's
+RNG state, and for a preemption the mid-epoch progress), weight files (``best.pt``, ``last.pt``, ``epoch<k>.pt``)
+and their average. Every file is written atomically (:mod:`core.files`); every rank calls the writers (they gather
+the ranks' RNG states and meet at a barrier), rank 0 writes.
+
+A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see :mod:`reproduce.distributed`) holds
+the updates done in the epoch, its partial sums, the RNG state its batches were drawn with and the recurrent state
+carried across BPTT segments, from which ``trainer.resume=true`` continues exactly (bit-identical on a CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from core.files import atomic_torch_save
+from reproduce import distributed as dist
+from reproduce.ledger import load_torch_file
+
+# what to do about a checkpoint that cannot be read (reproduce.train says it before a resume, the trainer on load)
+CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
+                          "(its record is kept), or restore the file from a copy")
+
+
+@dataclass
+class RunState:
+    """Everything besides weights and optimizer state that a checkpoint must restore."""
+
+    stage: str = "train"  # train | trained | finetune | finetuned
+    epoch: int = 0  # last completed epoch of the current stage
+    best_val: float = math.inf
+    best_epoch: int = 0
+    val_history: list[float] = field(default_factory=list)  # NT-ASGD / finetune trigger
+    optimizer_name: str = "sgd"
+    asgd_epoch: int | None = None
+    epochs_since_best: int = 0
+    stopped_early: bool = False
+    history: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    stage_best_val: float = math.inf  # finetune's own best (starts at the loaded model's loss)
+    updates: int = 0  # optimizer updates so far (all stages)
+    saved_epochs: list[int] = field(default_factory=list)  # epoch weights kept for averaging
+    # per-update traces of the objective's logs over the first updates (``Objective.traces``, e.g. AGG's rare
+    # group size: Yu Fig. 4): {name: [[update, value], ...]}
+    trace: dict = field(default_factory=dict)
+
+
+def rng_states() -> dict:
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def save_checkpoint(path: Path, state: RunState, model, objective, optimizer, task, mid_epoch: dict | None = None) -> None:
+    """Every rank calls it (each rank's RNG state, and its share of the recurrent state of a mid-epoch checkpoint,
+    are gathered); rank 0 writes the file; all ranks leave together."""
+    rng_ranks = dist.all_gather_object(rng_states())
+    if mid_epoch is not None:
+        mid_epoch = dict(mid_epoch, carried_state=dist.all_gather_object(task.carried_state()))
+    if dist.is_main():
+        atomic_torch_save(path, {
+            "run_state": asdict(state),
+            "model": model.state_dict(),
+            "objective": objective.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng_ranks": rng_ranks,  # [rank 0's {torch, cuda}, rank 1's, ...]
+            "rng_task": task.rng_state(),  # the same on every rank
+            "mid_epoch": mid_epoch,  # None at an epoch boundary
+        })
+    dist.barrier()
+
+
+def read_checkpoint(path: Path, device: torch.device) -> dict | None:
+    """The checkpoint at ``path`` (None: there is none); a corrupt one is a user error naming the fix."""
+    if not path.is_file():
+        return None
+    return load_torch_file(path, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=path), map_location=device)
+
+
+def restore_rng(ckpt: dict, seed: int, path: Path) -> None:
+    """This rank's RNG state from the checkpoint (a rank it did not have starts its own stream, as a new run)."""
+    # checkpoints written before distributed training held rank 0's state only
+    rng_ranks = ckpt.get("rng_ranks") or [{"torch": ckpt["rng_torch"], "cuda": ckpt["rng_cuda"]}]
+    rank, world = dist.rank(), dist.world_size()
+    if len(rng_ranks) != world:
+        dist.print_main(f"repdegen: note: {path} was written by {len(rng_ranks)} rank(s) and is resumed by {world}: the "
+                        f"data and the updates continue exactly, the dropout masks differ from an uninterrupted run",
+                        flush=True)
+    if rank < len(rng_ranks):
+        torch.set_rng_state(rng_ranks[rank]["torch"].cpu())
+        if rng_ranks[rank]["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng_ranks[rank]["cuda"]])
+    else:
+        torch.manual_seed(seed + rank)
+
+
+def save_weights(run_dir: Path, name: str, model, objective) -> None:
+    if dist.is_main():
+        atomic_torch_save(Path(run_dir) / name, {"model": model.state_dict(), "objective": objective.state_dict()})
+    dist.barrier()  # the other ranks may read it next
+
+
+def load_weights(run_dir: Path, name: str, model, objective, device: torch.device) -> None:
+    blob = load_torch_file(Path(run_dir) / name, "weights file", f"move the run directory {run_dir} aside and run the "
+                           f"same command again to train it over, or restore {name} from a copy", map_location=device)
+    model.load_state_dict(blob["model"])
+    objective.load_state_dict(blob["objective"])
+
+
+def average_weights(paths: list[Path], out: Path) -> None:
+    """Element-wise mean of the model (and objective) tensors saved in ``paths`` (fairseq's
+    scripts/average_checkpoints.py); integer buffers are taken from the last file."""
+    blobs = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    averaged = {}
+    for part in ("model", "objective"):
+        merged = {}
+        for key, last in blobs[-1][part].items():
+            if torch.is_floating_point(last):
+                merged[key] = sum(b[part][key].double() for b in blobs).div(len(blobs)).to(last.dtype)
+            else:
+                merged[key] = last
+        averaged[part] = merged
+    atomic_torch_save(out, averaged)
+
+
+def mid_epoch_at(mid: dict | None, stage: str, epoch: int) -> dict | None:
+    """A loaded mid-epoch checkpoint's progress, checked to be in (``stage``, ``epoch``) where training goes on."""
+    if mid is not None and (mid["stage"], mid["epoch"]) != (stage, epoch):
+        raise RuntimeError(f"the mid-epoch checkpoint is in {mid['stage']} epoch {mid['epoch']}, "
+                           f"but training continues in {stage} epoch {epoch}")
+    return mid
