@@ -48,7 +48,7 @@ lint:
 # Sweeps (docs/sweeps.md): a Hydra multirun over the preset's values x seeds (conf/sweep/<name>.yaml), aggregated
 # into the sweep folder (aggregate.md/.csv/.json, one PNG per metric) by the preset's callback, or here when a job
 # failed. Empty VALUES / SEEDS / EXPERIMENT = the preset's; SWEEP_DIR = outputs/multirun/<name>-<scale>/<date_time>.
-# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, as conf/table/yu2022_t3.yaml's scale_overrides.
+# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (scale_choices).
 sweep-gamma:
 	d="$(or $(SWEEP_DIR),outputs/multirun/cosreg_gamma-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
 	$(PYTHON) -m reproduce.train -m +sweep=cosreg_gamma scale=$(SCALE) $(if $(VALUES),objective.gamma=$(VALUES)) \
@@ -58,7 +58,6 @@ sweep-gamma:
 sweep-alpha:
 	d="$(or $(SWEEP_DIR),outputs/multirun/$(or $(OBJECTIVE),agg)_alpha-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
 	$(PYTHON) -m reproduce.train -m +sweep=$(or $(OBJECTIVE),agg)_alpha scale=$(SCALE) \
-	  $(if $(filter agg,$(or $(OBJECTIVE),agg)),$(if $(or $(EXPERIMENT),$(filter paper,$(SCALE))),,model=transformer_lm6 dataset=wikitext2_bpe)) \
 	  $(if $(VALUES),objective.alpha=$(VALUES)) $(if $(SEEDS),seed=$(SEEDS)) $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) \
 	  "hydra.sweep.dir=$$d" $(ARGS) \
 	|| { rc=$$?; $(PYTHON) -m reproduce.aggregate "$$d"; exit $$rc; }

@@ -292,6 +292,9 @@ class Config:
     seed: int = 1
     # the Hydra choices (experiment, model, objective...), filled in by the entry points
     choices: dict[str, str] = field(default_factory=dict)
+    # an experiment preset's stand-ins at a scale: {scale: {group: option}}, e.g. Yu's GPT-2-medium preset trains
+    # model=transformer_lm6 on dataset=wikitext2_bpe at lite and smoke (with_scale_choices; the command line wins)
+    scale_choices: dict[str, Any] = field(default_factory=dict)
 
 
 def register_base_configs() -> None:
@@ -337,6 +340,7 @@ HASH_EXCLUDED = (
     "paths",
     "logger",
     "choices",
+    "scale_choices",  # what it chose is in the config itself
     "dataset.source",
     "dataset.data_dir",
     "dataset.disk_path",
@@ -543,3 +547,22 @@ def config_hash(cfg: DictConfig) -> str:
     """A short, stable identifier of the experiment a finalized config describes."""
     blob = json.dumps(hashed_view(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def scale_choice_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """The group choices ``cfg``'s experiment preset makes at its scale (``scale_choices``) that ``overrides`` does not
+    make itself, as overrides (``["dataset=wikitext2_bpe", "model=transformer_lm6"]``); empty when there are none."""
+    chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    wanted = (cfg.get("scale_choices") or {}).get(cfg.scale.name) or {}
+    return [f"{group}={option}" for group, option in wanted.items() if group not in chosen]
+
+
+def with_scale_choices(compose_fn, overrides: list[str]) -> tuple[DictConfig, list[str]]:
+    """Compose with ``compose_fn(overrides)``; when the experiment's preset names stand-ins for the scale, compose
+    again with them added. Returns (config, the overrides it was composed with)."""
+    cfg = compose_fn(overrides)
+    extra = scale_choice_overrides(cfg, overrides)
+    if not extra:
+        return cfg, list(overrides)
+    overrides = [*overrides, *extra]
+    return compose_fn(overrides), overrides

@@ -58,12 +58,15 @@ def _file_label(default) -> str:
 def compose_with_sources(overrides: list[str], config_name: str = "config") -> tuple[DictConfig, dict[str, list[str]]]:
     """The finalized config ``reproduce.train <overrides>`` runs, and for each dotted key the layers that set it,
     first to last (Hydra must be initialized, e.g. inside ``initialize_config_dir``)."""
+    from hydra import compose
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.config import finalize
+    from reproduce.config import finalize, with_scale_choices
     from reproduce.table import compose_cell
 
+    # the experiment preset's stand-ins at the scale are overrides like any other (their files are named below)
+    overrides = with_scale_choices(lambda o: compose(config_name=config_name, overrides=o), list(overrides))[1]
     loader = GlobalHydra.instance().config_loader()
     parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
     defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=parsed, prepend_hydra=True,
@@ -84,11 +87,8 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
     # the overrides that set values (key=value, +key=value), after every file, in the order given
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
     cell_overrides = [o for o in overrides if not o.startswith("experiment=")]
-    composed = compose_cell(experiment, cell_overrides) if experiment else None
-    if composed is None:
-        from hydra import compose
-
-        composed = compose(config_name=config_name, overrides=overrides)
+    composed = compose_cell(experiment, cell_overrides) if experiment else compose(config_name=config_name,
+                                                                                   overrides=overrides)
     for override in defaults.config_overrides:
         key = override.key_or_group.lstrip("+~")
         value = OmegaConf.select(composed, key, default=None)

@@ -159,7 +159,14 @@ def runs_at(row, scale: str) -> bool:
 
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
-    """The config ``reproduce.train experiment=... <overrides>`` would run (Hydra must be initialized)."""
+    """The config ``reproduce.train experiment=... <overrides>`` would run (Hydra must be initialized), with the
+    preset's stand-ins at the scale (``scale_choices``) unless the overrides choose those groups themselves."""
+    from reproduce.config import with_scale_choices
+
+    return with_scale_choices(lambda o: _compose_cell(experiment, o), overrides)[0]
+
+
+def _compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
     cfg = hydra.compose(config_name="config", overrides=[f"experiment={experiment}", *overrides], return_hydra_config=True)
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
     OmegaConf.set_struct(cfg, False)

@@ -320,6 +320,22 @@ def hydra_choices() -> dict:
     return {k: str(v) for k, v in choices.items() if not k.startswith("hydra/") and v is not None}
 
 
+def apply_scale_choices(cfg: DictConfig) -> DictConfig:
+    """The config composed again with the experiment preset's stand-ins at this scale (``scale_choices``, e.g. Yu's
+    GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at lite), unless the command line chose those groups."""
+    from reproduce.config import scale_choice_overrides
+
+    task = list(HydraConfig.get().overrides.task)
+    extra = scale_choice_overrides(cfg, task)
+    if not extra:
+        return cfg
+    dist.print_main(f"repdegen: at scale={cfg.scale.name} the preset {cfg.choices.get('experiment')} runs {' '.join(extra)} "
+                    f"(its scale_choices; choose those groups on the command line to change it)", flush=True)
+    new = hydra.compose(config_name="config", overrides=[*task, *extra])
+    new.choices = dict(cfg.choices, **dict(e.split("=", 1) for e in extra))
+    return new
+
+
 def write_job_pointer(record: dict) -> None:
     """``run.json`` in the Hydra job's output directory: which ledger run this job was, so a
     multirun directory can be aggregated (``python -m reproduce.aggregate DIR``)."""
@@ -369,6 +385,7 @@ def main(cfg: DictConfig) -> float | None:
     preempted run requeues its SLURM job (:func:`reproduce.distributed.requeue_if_slurm`) and exits
     with :data:`EXIT_PREEMPTED`."""
     cfg.choices = hydra_choices()
+    cfg = apply_scale_choices(cfg)
     try:
         if in_multirun():
             record = _train_in_multirun(cfg)
