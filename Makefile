@@ -9,7 +9,7 @@ ARGS ?=
 # Corpora: a local directory laid out like ../shared/data, else the Hugging Face hub.
 export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
 
-.PHONY: install test test-slow test-gpu reproduce-table lint describe help sweep-gamma sweep-alpha aggregate report
+.PHONY: install test test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate report
 
 help:
 	@echo "make install                               install repdegen (editable) and its dependencies"
@@ -17,6 +17,7 @@ help:
 	@echo "make test-slow                             real-corpus tests (PTB/WikiText-2 from REPDEGEN_DATA_DIR)"
 	@echo "make reproduce-table TABLE=... SCALE=...   regenerate a paper table (smoke | lite | paper)"
 	@echo "make lint                                  ruff"
+	@echo "make sweep NAME=<conf/sweep preset> [SCALE= VALUES= SEEDS= EXPERIMENT= ARGS=]   a sweep, then aggregate"
 	@echo "make sweep-gamma [SCALE= VALUES= SEEDS= EXPERIMENT= ARGS=]   CosReg gamma x seeds (Gao 2019), then aggregate"
 	@echo "make sweep-alpha [OBJECTIVE=agg|al SCALE= VALUES= SEEDS= ...]  AGG alpha (Yu 2022 Fig. 5) or AL alpha (Inan 2017)"
 	@echo "make aggregate SWEEP_DIR=<multirun dir> [ARGS=--metrics ...]   table + plots of a finished sweep (docs/sweeps.md)"
@@ -49,18 +50,22 @@ lint:
 # into the sweep folder (aggregate.md/.csv/.json, one PNG per metric) by the preset's callback, or here when a job
 # failed. Empty VALUES / SEEDS / EXPERIMENT = the preset's; SWEEP_DIR = outputs/multirun/<name>-<scale>/<date_time>.
 # AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (scale_choices).
-sweep-gamma:
-	d="$(or $(SWEEP_DIR),outputs/multirun/cosreg_gamma-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
-	$(PYTHON) -m reproduce.train -m +sweep=cosreg_gamma scale=$(SCALE) $(if $(VALUES),objective.gamma=$(VALUES)) \
+# make sweep NAME=<preset of conf/sweep/> [SCALE= VALUES= SEEDS= EXPERIMENT= SWEEP_DIR= ARGS=]: VALUES goes to the
+# preset's swept key (its hydra.sweeper.params other than seed); sweep-gamma and sweep-alpha are two names of it.
+sweep:
+	@test -f "conf/sweep/$(NAME).yaml" || { echo "make sweep: NAME=$(NAME) is not a preset of conf/sweep/; expected one of:" \
+	  $$(ls conf/sweep | sed 's/\.yaml$$//') "(e.g. make sweep NAME=agg_alpha)" >&2; exit 2; }
+	key=$$($(PYTHON) -c "import yaml; p = yaml.safe_load(open('conf/sweep/$(NAME).yaml'))['hydra']['sweeper']['params']; print(next(k for k in p if k != 'seed'))"); \
+	d="$(or $(SWEEP_DIR),outputs/multirun/$(NAME)-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
+	$(PYTHON) -m reproduce.train -m +sweep=$(NAME) scale=$(SCALE) $(if $(VALUES),"$$key=$(VALUES)") \
 	  $(if $(SEEDS),seed=$(SEEDS)) $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) "hydra.sweep.dir=$$d" $(ARGS) \
 	|| { rc=$$?; $(PYTHON) -m reproduce.aggregate "$$d"; exit $$rc; }
 
+sweep-gamma:
+	@$(MAKE) --no-print-directory sweep NAME=cosreg_gamma
+
 sweep-alpha:
-	d="$(or $(SWEEP_DIR),outputs/multirun/$(or $(OBJECTIVE),agg)_alpha-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
-	$(PYTHON) -m reproduce.train -m +sweep=$(or $(OBJECTIVE),agg)_alpha scale=$(SCALE) \
-	  $(if $(VALUES),objective.alpha=$(VALUES)) $(if $(SEEDS),seed=$(SEEDS)) $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) \
-	  "hydra.sweep.dir=$$d" $(ARGS) \
-	|| { rc=$$?; $(PYTHON) -m reproduce.aggregate "$$d"; exit $$rc; }
+	@$(MAKE) --no-print-directory sweep NAME=$(or $(OBJECTIVE),agg)_alpha
 
 aggregate:
 	@test -n "$(SWEEP_DIR)" || { echo "make aggregate: SWEEP_DIR is empty; expected the folder of a multirun, e.g." \
