@@ -393,28 +393,29 @@ def _check_positive(cfg: DictConfig, keys: tuple[str, ...]) -> None:
             raise ConfigError(f"{key}={value} must be positive")
 
 
+# the config key each scale field caps: min(the key's value, scale.<field>), or the field when the key is unset
+SCALE_CAPS = {
+    "trainer.max_epochs": "max_epochs",
+    "trainer.finetune_epochs": "finetune_epochs",
+    "dataset.train_tokens": "train_tokens",
+    "dataset.eval_tokens": "eval_tokens",
+    "dataset.train_pairs": "train_pairs",
+    "dataset.eval_pairs": "eval_pairs",
+    "trainer.cache.window": "cache_window",
+    "optim.warmup_updates": "warmup_updates",
+    "trainer.update_freq": "update_freq",
+    "trainer.gpus": "gpus",
+    "trainer.max_updates": "max_updates",
+}
+
+
 def apply_scale(cfg: DictConfig) -> None:
-    """Apply the scale's caps in place: epochs, split sizes, widths."""
+    """Apply the scale's caps in place (:data:`SCALE_CAPS`: epochs, split sizes, updates...) and its width multiplier."""
     s = cfg.scale
-    if s.max_epochs is not None:
-        cfg.trainer.max_epochs = min(cfg.trainer.max_epochs, s.max_epochs)
-    if s.finetune_epochs is not None:
-        cfg.trainer.finetune_epochs = min(cfg.trainer.finetune_epochs, s.finetune_epochs)
-    for key in ("train_tokens", "eval_tokens", "train_pairs", "eval_pairs"):  # caps: a preset's smaller window stays
-        cap, cur = s[key], cfg.dataset[key]
+    for key, field_name in SCALE_CAPS.items():  # a preset's smaller value stays
+        cap, cur = s[field_name], OmegaConf.select(cfg, key)
         if cap is not None:
-            cfg.dataset[key] = cap if cur is None else min(cur, cap)
-    if s.cache_window is not None:
-        cfg.trainer.cache.window = min(cfg.trainer.cache.window, s.cache_window)
-    if s.warmup_updates is not None:
-        cfg.optim.warmup_updates = min(cfg.optim.warmup_updates, s.warmup_updates)
-    if s.update_freq is not None:
-        cfg.trainer.update_freq = min(cfg.trainer.update_freq, s.update_freq)
-    if s.gpus is not None:
-        cfg.trainer.gpus = min(cfg.trainer.gpus, s.gpus)
-    if s.max_updates is not None:
-        cur = cfg.trainer.max_updates
-        cfg.trainer.max_updates = s.max_updates if cur is None else min(cur, s.max_updates)
+            OmegaConf.update(cfg, key, cap if cur is None else min(cur, cap), merge=False)
     if s.width_mult != 1.0:
         from models import MODELS, width_fields
 

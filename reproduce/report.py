@@ -143,7 +143,7 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.table import _training_command, collect_rows, expand_cells, render
+    from reproduce.table import collect_rows, expand_cells, render, training_command
 
     runs_dir, results_dir = Path(runs_dir), Path(results_dir)
     index = ledger_index(runs_dir)
@@ -176,7 +176,7 @@ def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableIn
                     kept.append(f"{info.name}/{scale} (the ledger here has {complete} of its cells complete, "
                                 f"the committed rendering {committed})")
                     continue
-                trained_by = _training_command(out / "cells.json")
+                trained_by = training_command(out / "cells.json")
                 rows, records = collect_rows(app, cells, ledger)
                 with contextlib.redirect_stdout(io.StringIO()):
                     render(app, rows, records)

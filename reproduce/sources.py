@@ -14,20 +14,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-# reproduce.config.apply_scale: the config key each scale field caps
-SCALE_CAPS = {
-    "trainer.max_epochs": "max_epochs",
-    "trainer.finetune_epochs": "finetune_epochs",
-    "dataset.train_tokens": "train_tokens",
-    "dataset.eval_tokens": "eval_tokens",
-    "dataset.train_pairs": "train_pairs",
-    "dataset.eval_pairs": "eval_pairs",
-    "trainer.cache.window": "cache_window",
-    "optim.warmup_updates": "warmup_updates",
-    "trainer.update_freq": "update_freq",
-    "trainer.gpus": "gpus",
-    "trainer.max_updates": "max_updates",
-}
 _MISSING = object()
 
 
@@ -62,7 +48,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.config import finalize, with_scale_choices
+    from reproduce.config import SCALE_CAPS, finalize, with_scale_choices
     from reproduce.table import compose_cell
 
     # the experiment preset's stand-ins at the scale are overrides like any other (their files are named below)

@@ -485,7 +485,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
                     "meta": meta, "cells": cells_out, "figures": svd_labels}
     if app.render_only:
         default = f"python -m reproduce.table table={t.name} scale={scale}"
-        cells_record["command"] = _training_command(out / "cells.json") or default
+        cells_record["command"] = training_command(out / "cells.json") or default
         cells_record["rendered_by"] = this_command
     atomic_write_json(out / "cells.json", cells_record)
     atomic_write_json(out / "claims.json", {"table": t.name, "title": t.title, "scale": scale,
@@ -498,7 +498,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     return out
 
 
-def _training_command(cells_json: Path) -> str | None:
+def training_command(cells_json: Path) -> str | None:
     """The command that trained a rendered table's cells, as its cells.json says (None: none yet)."""
     import json
 

@@ -64,18 +64,11 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
     return index, views
 
 
-def _flat(node, prefix: str = "") -> dict[str, object]:
-    if isinstance(node, dict):
-        out: dict[str, object] = {}
-        for k, v in node.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out or {prefix: {}}
-    return {prefix: node}
-
-
 def view_diff(old: dict, new: dict) -> list[str]:
     """One line per dotted key whose value differs (or exists on one side only)."""
-    a, b = _flat(old), _flat(new)
+    from reproduce.sources import flatten
+
+    a, b = flatten(old), flatten(new)
     missing = object()
     lines = []
     for key in sorted(set(a) | set(b)):

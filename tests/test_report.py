@@ -195,23 +195,23 @@ def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tmp_path):
     """cells.json's `command` stays the one that trained the cells (what a reader reruns), and the report's
     render-only command goes to `rendered_by`; a cells.json that only has a render-only command (older
     reports) gets the table's training command back."""
-    from reproduce.table import _training_command
+    from reproduce.table import training_command
 
     out = tmp_path / "t" / "lite"
     out.mkdir(parents=True)
     trained = "python -m reproduce.table table=gao2019_t1 scale=lite progress=false"
     (out / "cells.json").write_text(json.dumps({"command": trained, "cells": []}))
-    before = _training_command(out / "cells.json")
+    before = training_command(out / "cells.json")
     (out / "cells.json").write_text(json.dumps({"command": "python -m reproduce.report", "cells": []}))  # render()
     report._stamp_command(out, "gao2019_t1", "lite", Path("outputs/runs"), before)
     data = json.loads((out / "cells.json").read_text())
     assert data["command"] == trained
     assert "render_only=true paths.runs_dir=outputs/runs" in data["rendered_by"]
-    assert _training_command(out / "cells.json") == trained  # a second report keeps it too
+    assert training_command(out / "cells.json") == trained  # a second report keeps it too
 
     (out / "cells.json").write_text(json.dumps({"command": "python -m reproduce.table table=gao2019_t1 scale=lite "
                                                            "render_only=true paths.runs_dir=x"}))
-    assert _training_command(out / "cells.json") is None
-    report._stamp_command(out, "gao2019_t1", "lite", Path("x"), _training_command(out / "cells.json"))
+    assert training_command(out / "cells.json") is None
+    report._stamp_command(out, "gao2019_t1", "lite", Path("x"), training_command(out / "cells.json"))
     assert json.loads((out / "cells.json").read_text())["command"] == "python -m reproduce.table table=gao2019_t1 scale=lite"
-    assert _training_command(tmp_path / "missing" / "cells.json") is None
+    assert training_command(tmp_path / "missing" / "cells.json") is None
