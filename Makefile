@@ -9,7 +9,7 @@ ARGS ?=
 # Corpora: a local directory laid out like ../shared/data, else the Hugging Face hub.
 export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
 
-.PHONY: install test test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate report
+.PHONY: install test test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate rerender report
 
 help:
 	@echo "make install                               install repdegen (editable) and its dependencies"
@@ -21,7 +21,8 @@ help:
 	@echo "make sweep-gamma [SCALE= VALUES= SEEDS= EXPERIMENT= ARGS=]   CosReg gamma x seeds (Gao 2019), then aggregate"
 	@echo "make sweep-alpha [OBJECTIVE=agg|al SCALE= VALUES= SEEDS= ...]  AGG alpha (Yu 2022 Fig. 5) or AL alpha (Inan 2017)"
 	@echo "make aggregate SWEEP_DIR=<multirun dir> [ARGS=--metrics ...]   table + plots of a finished sweep (docs/sweeps.md)"
-	@echo "make report                                results/README.md: every table and figure, regenerated from the ledger"
+	@echo "make report                                results/README.md: every table and figure under results/"
+	@echo "make rerender [SCALES=\"smoke lite\"]          render every table again from the ledger (no training), then report"
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
@@ -40,6 +41,14 @@ test-gpu:
 reproduce-table:
 	$(PYTHON) -m reproduce.table table=$(TABLE) scale=$(SCALE) $(ARGS)
 
+# Render every table again from the run ledger (no training; a committed rendering with more complete cells is kept),
+# at each scale of SCALES, then write results/README.md from results/.
+SCALES ?= smoke lite paper
+rerender:
+	for s in $(SCALES); do $(PYTHON) -m reproduce.table table=all scale=$$s render_only=true progress=false $(ARGS) || exit $$?; done
+	$(PYTHON) -m reproduce.report
+
+# results/README.md from the files under results/ (reads what was rendered; composes nothing)
 report:
 	$(PYTHON) -m reproduce.report $(ARGS)
 
@@ -49,7 +58,7 @@ lint:
 # Sweeps (docs/sweeps.md): a Hydra multirun over the preset's values x seeds (conf/sweep/<name>.yaml), aggregated
 # into the sweep folder (aggregate.md/.csv/.json, one PNG per metric) by the preset's callback, or here when a job
 # failed. Empty VALUES / SEEDS / EXPERIMENT = the preset's; SWEEP_DIR = outputs/multirun/<name>-<scale>/<date_time>.
-# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (scale_choices).
+# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (its scales: section).
 # make sweep NAME=<preset of conf/sweep/> [SCALE= VALUES= SEEDS= EXPERIMENT= SWEEP_DIR= ARGS=]: VALUES goes to the
 # preset's swept key (its hydra.sweeper.params other than seed); sweep-gamma and sweep-alpha are two names of it.
 sweep:

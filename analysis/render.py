@@ -112,19 +112,23 @@ def _header_lines(meta: dict) -> list[str]:
     return lines
 
 
-def _metric_header(columns: list[str], relative: bool) -> list[str]:
+def _metric_header(columns: list[str], relative: bool, paper: bool = True) -> list[str]:
     head = []
     for c in columns:
         name = COLUMN_LABELS.get(c, c)
-        head += ([f"{name} (paper)", f"{name} (ours)", "Δ vs base (paper)", "Δ vs base (ours)"] if relative
+        head += ([name] if not paper else
+                 [f"{name} (paper)", f"{name} (ours)", "Δ vs base (paper)", "Δ vs base (ours)"] if relative
                  else [f"{name} (paper)", f"{name} (ours)", "Δ"])
     return head
 
 
-def _metric_cells(rows: list[RenderedRow], r: RenderedRow, columns: list[str], relative: bool) -> list[str]:
+def _metric_cells(rows: list[RenderedRow], r: RenderedRow, columns: list[str], relative: bool,
+                  paper: bool = True) -> list[str]:
     cells = []
     for c in columns:
-        if relative:
+        if not paper:
+            cells.append(_ours(r, c))
+        elif relative:
             cells += [_fmt(r.paper.get(c), c), _ours(r, c), _vs_base(rows, r, c, "paper"), _vs_base(rows, r, c, "ours")]
         else:
             cells += [_fmt(r.paper.get(c), c), _ours(r, c), _delta(r.paper.get(c), r.ours.get(c), c)]
@@ -132,15 +136,17 @@ def _metric_cells(rows: list[RenderedRow], r: RenderedRow, columns: list[str], r
 
 
 def to_markdown(title: str, columns: list[str], rows: list[RenderedRow], meta: dict, notes: list[str],
-                relative: bool = False, claims: list[str] | None = None) -> str:
-    head = ["Model", *_metric_header(columns, relative)]
+                relative: bool = False, claims: list[str] | None = None, paper: bool = True,
+                first_column: str = "Model") -> str:
+    """The table as Markdown. ``paper=False``: our numbers only (a sweep: no paper column to compare with)."""
+    head = [first_column, *_metric_header(columns, relative, paper)]
     lines = [f"## {title}", "", *_header_lines(meta), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     last_group = None
     for r in rows:
         if r.group and r.group != last_group:
             lines.append(f"| **{r.group}** |" + " |" * (len(head) - 1))
             last_group = r.group
-        lines.append("| " + " | ".join([_label(r), *_metric_cells(rows, r, columns, relative)]) + " |")
+        lines.append("| " + " | ".join([_label(r), *_metric_cells(rows, r, columns, relative, paper)]) + " |")
     if relative and any(r.extra.get("baseline") is not None for r in rows):
         bases = sorted({rows[r.extra["baseline"]].label for r in rows if r.extra.get("baseline") is not None})
         lines += ["", f"Δ vs base: the row minus its baseline row ({', '.join(bases)}; within the row's group), "

@@ -4,25 +4,25 @@
     python -m reproduce.aggregate DIR1 DIR2 --out results/sweeps/agg_alpha --metrics test_ppl,uniq,isotropy
     python -m reproduce.aggregate DIR --stage cache          # AWD-LSTM: the cache-pointer stage's PPL
 
-Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml`` (what the job was
-asked for) and, written by ``reproduce.train``, ``run.json`` (which ledger run it was). The swept
-keys are the overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept
-key (``--replicate``). Keys that do not change the experiment (``paths``, ``trainer.progress``...,
-see :data:`reproduce.config.HASH_EXCLUDED`) and ``hydra.*`` are never swept keys. Jobs are grouped by
-their swept values; per group: the number of runs and the mean and sample standard deviation
-(ddof = 1; none for a single run) of each metric of the ledger's ``result.json``
-(``metrics.<stage>``). Written to ``--out`` (default: the first DIR):
+Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml``: what the job was asked for.
+A sweep is a list of cells like a table: each job's overrides are composed as ``reproduce.train`` composes them
+(``reproduce.config.compose_preset``), and its run is found in the ledger by config hash. The swept keys are the
+overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept key (``--replicate``). Keys
+that do not change the experiment (``paths``, ``trainer.progress``..., see :data:`reproduce.config.HASH_EXCLUDED`)
+and ``hydra.*`` are never swept keys. Jobs are grouped by their swept values; per group: the number of runs and the
+mean and sample standard deviation (ddof = 1; none for a single run) of each metric of the ledger's
+``result.json`` (``metrics.<stage>``). Written to ``--out`` (default: the first DIR):
 
-* ``aggregate.md``    the table (mean +- std), the jobs that are not complete, and every job
+* ``aggregate.md``    the table, by the tables' renderer (``analysis.render``; ours only, mean±sd), the jobs that
+  are not complete, and every job
 * ``aggregate.csv``   one row per swept value: n, seeds, ``<metric>_mean``, ``<metric>_std``
 * ``aggregate.json``  the same plus each run's values, config hashes and job folders
 * ``aggregate_<metric>.png``  the metric against the swept value, error bars = std over seeds
   (:func:`analysis.sweep_figures.plot_sweep_metric`; Yu et al. 2022 Fig. 5)
 
-A job without ``run.json`` (it crashed, was killed, or diverged) or whose ledger record is not
-``complete`` is listed with the reason, never dropped silently; its ledger run is found from
-``.hydra/config.yaml`` when possible. Two jobs of the same ledger run (same config hash, e.g. a sweep
-run again into a new folder) count once.
+A job whose ledger run is missing or not ``complete`` is listed with the reason (its ``failure.json`` when it
+raised, the ledger record's error), never dropped silently. Two jobs of the same ledger run (same config hash, e.g.
+a sweep run again into a new folder) count once.
 
 :class:`AggregateCallback` runs the same aggregation when a multirun ends (``hydra/callbacks=aggregate``).
 """
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from reproduce.config import HASH_EXCLUDED
-from reproduce.errors import UserError, exit_on_user_error
+from reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
 
 DEFAULT_METRICS = ("valid_ppl", "test_ppl", "isotropy")
 # added to the defaults when some run has them (Yu et al. 2022 Fig. 5 plots PPL, Uniq and I(W))
@@ -117,57 +117,59 @@ def parse_overrides(lines: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _ledger_path(run_dir: str | Path, config_hash: str | None, runs_dir: Path | None) -> Path:
-    if runs_dir is not None and config_hash:
-        return runs_dir / config_hash / "result.json"
-    return Path(run_dir) / "result.json"
 
 
-def _recover_hash(job_dir: Path, runs_dir: Path | None) -> tuple[str | None, Path | None]:
-    """The config hash and ledger folder of a job that wrote no ``run.json``, from the config Hydra saved."""
+def _job_runs_dir(job_dir: Path, cfg) -> Path:
+    """The ledger the job wrote to: its ``paths.runs_dir``, relative to the folder it was started from."""
     from omegaconf import OmegaConf
 
-    from reproduce.config import config_hash, finalize, register_all
+    runs = Path(cfg.paths.runs_dir)
+    hydra_yaml = job_dir / ".hydra" / "hydra.yaml"
+    if not runs.is_absolute() and hydra_yaml.is_file():
+        runs = Path(OmegaConf.load(hydra_yaml).hydra.runtime.cwd) / runs
+    return runs
 
-    try:
-        register_all()
-        cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
+
+def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) -> tuple[str, Path]:
+    """(config hash, ledger folder) of a job: its overrides composed as ``reproduce.train`` composes them
+    (``reproduce.config.compose_preset``: the preset's sections for the objective and scale included), so a sweep's
+    jobs are found in the ledger by hash like a table's cells. Raises what composition raises."""
+    import contextlib
+
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from reproduce.config import CONF_DIR, compose_config, config_hash, finalize, register_all
+
+    register_all()
+    ready = GlobalHydra.instance().is_initialized()  # inside a Hydra app (the callback) or a test's context
+    with contextlib.nullcontext() if ready else initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose_config(list(overrides))
         h = config_hash(finalize(cfg))
-        if runs_dir is None:
-            runs = Path(cfg.paths.runs_dir)
-            if not runs.is_absolute():
-                hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml")
-                runs = Path(hydra_cfg.hydra.runtime.cwd) / runs
-            runs_dir = runs
-        return h, runs_dir / h
-    except Exception:  # an unreadable or invalid config: the job is reported without its ledger run
-        return None, None
+    return h, (Path(runs_dir) if runs_dir else _job_runs_dir(job_dir, cfg))
 
 
 def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
-    """Read one job folder: its overrides, ``run.json`` and the ledger ``result.json`` it points to."""
+    """Read one job folder: its overrides, the ledger run they compose to (by config hash), and why it failed
+    when it did (its failure note, else the ledger record's error)."""
     import yaml
 
     overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
     job = Job(dir=job_dir, overrides=[str(o) for o in overrides], params=parse_overrides(overrides))
-    pointer = job_dir / "run.json"
-    info = json.loads(pointer.read_text()) if pointer.is_file() else {}
-    if info.get("config_hash") and info.get("run_dir"):
-        job.config_hash = info["config_hash"]
-        result = _ledger_path(info["run_dir"], job.config_hash, runs_dir)
-    else:  # no run.json, or one the callback wrote for a job that raised before it knew its run
-        job.config_hash, run_dir = _recover_hash(job_dir, runs_dir)
-        result = run_dir / "result.json" if run_dir else None
-        job.reason = f"no run.json: the job did not finish (see {job_dir / 'train.log'} and the sweep's console output)"
-    if info.get("error"):
-        job.reason = str(info["error"])
-    if info.get("status") == "failed":
-        job.status = "failed"
-    if result is None or not result.is_file():
-        if info.get("run_dir"):
-            job.status = "missing"
-            job.reason = (f"run.json points to {result}, which does not exist (was the ledger moved? pass "
-                          f"--runs-dir <the runs folder>)")
+    note = job_dir / FAILURE_NOTE
+    failure = json.loads(note.read_text()) if note.is_file() else {}
+    try:
+        job.config_hash, runs = compose_job(job_dir, job.overrides, runs_dir)
+    except Exception as err:  # noqa: BLE001 - a job whose config no longer composes is listed with the reason
+        job.status = "failed" if failure else "missing"
+        job.reason = failure.get("error") or f"its overrides do not compose to a config here: {err}"
+        return job
+    result = runs / job.config_hash / "result.json"
+    if not result.is_file():
+        job.status = "failed" if failure else "missing"
+        job.reason = failure.get("error") or (
+            f"no ledger run {job.config_hash} in {runs}: the job did not start training, or was stopped before its "
+            f"first record (see {job_dir} and the sweep's console output); pass --runs-dir if the ledger moved")
         return job
     job.record = json.loads(result.read_text())
     status = job.record.get("status", "incomplete")
@@ -179,11 +181,9 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     if status == "complete":
         job.status, job.reason = "complete", None
         return job
-    job.status = "failed" if info.get("status") == "failed" else status
-    state = f"the ledger run is {status!r}"
-    if not info:
-        state += " and the job wrote no run.json: it is still training, or it was stopped (see its console output)"
-    job.reason = job.record.get("error") or info.get("error") or state
+    job.status = "failed" if failure else status
+    job.reason = job.record.get("error") or failure.get("error") or (
+        f"the ledger run is {status!r}: it is still training, or it was stopped (see its console output)")
     return job
 
 
@@ -402,36 +402,39 @@ def _metric_label(metric: str) -> str:
     return COLUMN_LABELS.get(metric, metric)
 
 
-def _fmt(value, metric: str) -> str:
-    from analysis.render import _fmt as fmt_cell
-
-    if value is not None and math.isnan(value):
-        return "nan"
-    if value is not None and math.isinf(value):
-        return "inf"
-    return fmt_cell(value, metric)
-
-
 def _one_line(text: str | None) -> str:
     return " ".join(text.split()) if text else "no reason recorded"
 
 
-def _cell(stat: dict, metric: str) -> str:
-    if stat["mean"] is None:
-        return "–"
-    if stat["std"] is None:
-        return _fmt(stat["mean"], metric)
-    return f"{_fmt(stat['mean'], metric)} ± {_fmt(stat['std'], metric)}"
-
-
 def _meta(agg: Aggregate) -> dict:
-    complete = [j for j in agg.jobs if j.record is not None and j.status == "complete"]
+    from reproduce.launch import _fmt_seconds
+    from reproduce.provenance import hardware_summary
+
+    complete = [j for j in agg.jobs if j.record is not None and j.status == "complete" and j.superseded_by is None]
     labels = sorted({j.record.get("label", "?") for j in complete})
     scales = sorted({str(j.record.get("scale", "?")) for j in complete})
     commits = sorted({(j.record.get("git") or {}).get("commit", "unknown")[:10]
                       + (" (uncommitted changes)" if (j.record.get("git") or {}).get("dirty") else "") for j in complete})
-    wall = sum(float(j.record.get("wall_time_s", 0.0)) for j in complete if j.superseded_by is None)
-    return {"labels": labels, "scales": scales, "commits": commits, "wall_time_s": wall}
+    wall = sum(float(j.record.get("wall_time_s", 0.0)) for j in complete)
+    hardware = sorted({hardware_summary(j.record["hardware"]) for j in complete if j.record.get("hardware")})
+    return {"labels": labels, "scales": scales, "commits": commits, "wall_time_s": wall,
+            "wall_time": _fmt_seconds(wall), "hardware": "; ".join(hardware) or "n/a"}
+
+
+def rendered_rows(agg: Aggregate):
+    """The sweep as the tables' rows (``analysis.render.RenderedRow``): one per swept value (labelled by the values,
+    "0.03" or "0.03 / agg" for two swept keys), ours = the mean over its runs, ± the sample sd, the config hashes of
+    its runs."""
+    from analysis.render import RenderedRow
+
+    rows = []
+    for row in agg.rows:
+        label = " / ".join(show(v) for v in row.values.values()) or "all runs"
+        rows.append(RenderedRow(
+            label=label, group=None, paper={}, ours={m: row.stats[m]["mean"] for m in agg.metrics}, status="complete",
+            config_hash="+".join(j.config_hash for j in row.jobs if j.config_hash),
+            extra={"sd": {m: row.stats[m]["std"] for m in agg.metrics}, "n_seeds": row.n, "n_done": row.n}))
+    return rows
 
 
 def to_json(agg: Aggregate, figures: Sequence[Path] = ()) -> dict:
@@ -479,31 +482,31 @@ def to_csv(agg: Aggregate) -> str:
 
 
 def to_markdown(agg: Aggregate, figures: Sequence[Path] = ()) -> str:
+    """The sweep's table through the tables' renderer (``analysis.render.to_markdown``, our numbers only), then the
+    jobs that are not complete, the Optuna study, the figures and every job."""
+    from analysis.render import to_markdown as render_table
+
     meta = _meta(agg)
     swept = ", ".join(f"`{k}`" for k in agg.swept) or "nothing (every job has the same overrides apart from the seed)"
-    lines = [
-        f"# Sweep over {swept}",
-        "",
-        f"Runs: {', '.join(meta['labels']) or 'none complete'}; scale {', '.join(meta['scales']) or '?'}; "
-        f"commit {', '.join(f'`{c}`' for c in meta['commits']) or '?'}; wall time of the runs {meta['wall_time_s']:.0f}s. "
-        f"Generated {dt.datetime.now().isoformat(timespec='seconds')}.",
-        f"Sweep folders: {', '.join(f'`{d}`' for d in agg.sweep_dirs)}.",
-    ]
+    seeds = sorted({j.seed for r in agg.rows for j in r.jobs}, key=lambda v: _order(_norm(v)))
+    header = {
+        "source": f"runs {', '.join(meta['labels']) or 'none complete'}, from the sweep folder(s) "
+                  + ", ".join(f"`{d}`" for d in agg.sweep_dirs),
+        "scale": ", ".join(meta["scales"]) or "?",
+        "scale_note": f"metrics of stage `{agg.stage}` of each run's `result.json`; replicates: {', '.join(agg.replicates)}",
+        "git": {"commit": "+".join(sorted({(j.record.get("git") or {}).get("commit", "unknown")
+                                           for r in agg.rows for j in r.jobs})) or "?",
+                "dirty": any((j.record.get("git") or {}).get("dirty") for r in agg.rows for j in r.jobs)},
+        "hardware": meta["hardware"],
+        "wall_time": meta["wall_time"], "generated": dt.datetime.now().isoformat(timespec="seconds"), "seeds": seeds}
+    notes = ["Ours: the mean over the runs of each value ± the sample sd (ddof 1); one number where there is one run."]
     if agg.fixed:
-        lines.append("Same in every job: " + " ".join(f"`{k}={show(_norm(v))}`" for k, v in agg.fixed.items()) + ".")
-    lines += [
-        f"Cells: mean ± sample std (ddof 1) over the runs of each value (replicates: {', '.join(agg.replicates)}); "
-        f"one number where there is one run. Metrics of stage `{agg.stage}` of each run's `result.json`.",
-        "",
-    ]
-    header = [*(agg.swept or ["runs"]), "n", "seeds", *(_metric_label(m) for m in agg.metrics)]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in agg.rows:
-        cells = [show(v) for v in row.values.values()] or ["all"]
-        lines.append("| " + " | ".join([*cells, str(row.n), ", ".join(str(s) for s in row.seeds),
-                                        *(_cell(row.stats[m], m) for m in agg.metrics)]) + " |")
+        notes.append("Same in every job: " + " ".join(f"`{k}={show(_norm(v))}`" for k, v in agg.fixed.items()) + ".")
+    body = render_table(f"Sweep over {swept}", agg.metrics, rendered_rows(agg), header, notes, paper=False,
+                        first_column=" / ".join(agg.swept) or "Runs")
+    lines = [body.rstrip("\n").replace("## ", "# ", 1)]
     if not agg.rows:
-        lines.append("| " + " | ".join(["(no complete run)"] + [""] * (len(header) - 1)) + " |")
+        lines.append("\n(no complete run)")
     lines += ["", "## Not complete", ""]
     if agg.not_complete:
         lines += [f"- `{j.dir}` ({' '.join(j.overrides)}): **{j.status}**"
@@ -627,7 +630,7 @@ except ImportError:  # pragma: no cover - hydra is a dependency
 class AggregateCallback(_HydraCallback):
     """Aggregates a multirun when it ends (conf/hydra/callbacks/aggregate.yaml; enable it with
     ``hydra/callbacks=aggregate`` on any ``-m`` command line). A job that raises (rather than exiting)
-    gets a ``run.json`` with ``status: failed`` and the error, so the aggregate says why.
+    gets a ``failure.json`` with the error, so the aggregate says why.
 
     Hydra calls ``on_multirun_end`` only when every job succeeded (its sweeper re-raises a job's error
     first); after a failed sweep run ``python -m reproduce.aggregate <sweep dir>``, which ``make
@@ -649,13 +652,8 @@ class AggregateCallback(_HydraCallback):
             out_dir = Path(config.hydra.runtime.output_dir)
         except Exception:
             return
-        if (out_dir / "run.json").is_file():
-            return
-        from core.files import atomic_write_json
-
-        error = job_return._return_value
-        atomic_write_json(out_dir / "run.json", {"config_hash": None, "status": "failed", "run_dir": None,
-                                                 "error": f"{type(error).__name__}: {error}"})
+        if not (out_dir / FAILURE_NOTE).is_file():
+            write_failure_note(out_dir, job_return._return_value)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -4,9 +4,10 @@ Every YAML option under ``conf/<group>/`` starts from one of these schemas (thro
 list), so a misspelled key or a value of the wrong type fails at composition time, naming the key:
 ``objective.gama=1`` -> "Key 'gama' not in 'CosRegConfig'".
 
-The flow of one run: Hydra composes ``conf/config.yaml`` -> :func:`finalize` resolves interpolations,
-applies the ``scale`` caps, checks values that only make sense together, and computes the config
-hash that identifies the experiment in the ledger.
+The flow of one run: Hydra composes ``conf/config.yaml`` with the experiment preset's sections for the run's
+objective and scale (:func:`compose_preset`) -> :func:`finalize` resolves interpolations, applies the scale's width
+multiplier, checks values that only make sense together, and computes the config hash that identifies the
+experiment in the ledger.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,9 +238,9 @@ class TrainerConfig:
 class ScaleConfig:
     """How far a run is shrunk from the paper's setting.
 
-    ``paper``: the papers' hyperparameters. ``lite``: about one GPU-hour per table. ``smoke``: minutes
-    on a 2-core CPU. Caps apply on top of the experiment preset; per-experiment budgets live in
-    ``conf/scale_patch/<experiment>/<scale>.yaml``.
+    ``paper``: the papers' hyperparameters. ``lite``: each table's claims on a 2-core CPU. ``smoke``: minutes on a
+    2-core CPU. The record of what a scale sets (conf/scale/<name>.yaml sets those values over the experiment
+    preset, by interpolation from here); per-experiment budgets are the presets' ``scales:`` sections.
     """
 
     name: str = "paper"
@@ -292,9 +294,12 @@ class Config:
     seed: int = 1
     # the Hydra choices (experiment, model, objective...), filled in by the entry points
     choices: dict[str, str] = field(default_factory=dict)
-    # an experiment preset's stand-ins at a scale: {scale: {group: option}}, e.g. Yu's GPT-2-medium preset trains
-    # model=transformer_lm6 on dataset=wikitext2_bpe at lite and smoke (with_scale_choices; the command line wins)
-    scale_choices: dict[str, Any] = field(default_factory=dict)
+    # an experiment preset's own sections (docs/config.md), applied by compose_preset as overrides over the preset:
+    # objectives: {objective: {field: value}}, its values per objective (AL's alpha per network size...);
+    # scales: {scale: {"group" or "dotted.key": value}}, its lite/smoke budget (group choices, e.g. Yu's LM presets
+    # train model=transformer_lm6 on dataset=wikitext2_bpe there, a shared `budget:` and values)
+    objectives: dict[str, Any] = field(default_factory=dict)
+    scales: dict[str, Any] = field(default_factory=dict)
 
 
 def register_base_configs() -> None:
@@ -340,7 +345,8 @@ HASH_EXCLUDED = (
     "paths",
     "logger",
     "choices",
-    "scale_choices",  # what it chose is in the config itself
+    "objectives",  # what they set is in the config itself
+    "scales",
     "dataset.source",
     "dataset.data_dir",
     "dataset.disk_path",
@@ -394,28 +400,43 @@ def _check_positive(cfg: DictConfig, keys: tuple[str, ...]) -> None:
 
 
 # the config key each scale field caps: min(the key's value, scale.<field>), or the field when the key is unset
-SCALE_CAPS = {
-    "trainer.max_epochs": "max_epochs",
-    "trainer.finetune_epochs": "finetune_epochs",
-    "dataset.train_tokens": "train_tokens",
-    "dataset.eval_tokens": "eval_tokens",
-    "dataset.train_pairs": "train_pairs",
-    "dataset.eval_pairs": "eval_pairs",
-    "trainer.cache.window": "cache_window",
-    "optim.warmup_updates": "warmup_updates",
-    "trainer.update_freq": "update_freq",
-    "trainer.gpus": "gpus",
-    "trainer.max_updates": "max_updates",
+# what each field of the scale's record stands for: conf/scale/<name>.yaml sets these keys (smoke, by interpolation
+# from its record), so `scale.max_epochs=3 scale=smoke` reaches trainer.max_epochs; a record field changed where its
+# scale file does not set the key would do nothing, which :func:`_check_scale_record` turns into an error
+SCALE_FIELDS = {
+    "max_epochs": "trainer.max_epochs",
+    "finetune_epochs": "trainer.finetune_epochs",
+    "train_tokens": "dataset.train_tokens",
+    "eval_tokens": "dataset.eval_tokens",
+    "train_pairs": "dataset.train_pairs",
+    "eval_pairs": "dataset.eval_pairs",
+    "cache_window": "trainer.cache.window",
+    "warmup_updates": "optim.warmup_updates",
+    "update_freq": "trainer.update_freq",
+    "gpus": "trainer.gpus",
+    "max_updates": "trainer.max_updates",
 }
 
 
+def _check_scale_record(cfg: DictConfig) -> None:
+    """A field of ``scale`` changed (``scale.max_updates=3``) that its scale file does not pass on is an error naming
+    the key to set instead; the record itself stays what the scale file says."""
+    import yaml
+
+    path = CONF_DIR / "scale" / f"{cfg.scale.name}.yaml"
+    stated = ((yaml.safe_load(path.read_text()) or {}).get("scale") or {}) if path.is_file() else {}
+    for name, key in SCALE_FIELDS.items():
+        value, default = cfg.scale[name], stated.get(name, getattr(ScaleConfig, name))
+        if value != default and OmegaConf.select(cfg, key) != value:
+            raise ConfigError(f"scale.{name}={value}: the scale's fields record what conf/scale/{cfg.scale.name}.yaml "
+                              f"sets ({name}: {default}), and at scale={cfg.scale.name} it does not set {key} from it; "
+                              f"set the value itself: {key}={value}")
+
+
 def apply_scale(cfg: DictConfig) -> None:
-    """Apply the scale's caps in place (:data:`SCALE_CAPS`: epochs, split sizes, updates...) and its width multiplier."""
+    """The scale's width multiplier (``scale.width_mult``: smoke runs every model at a tenth of its widths, at least
+    ``scale.min_width``), in place. Everything else a scale changes is set in its file (conf/scale/<name>.yaml)."""
     s = cfg.scale
-    for key, field_name in SCALE_CAPS.items():  # a preset's smaller value stays
-        cap, cur = s[field_name], OmegaConf.select(cfg, key)
-        if cap is not None:
-            OmegaConf.update(cfg, key, cap if cur is None else min(cur, cap), merge=False)
     if s.width_mult != 1.0:
         from models import MODELS, width_fields
 
@@ -471,6 +492,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
         OmegaConf.set_readonly(cfg, True)
         return cfg
     unscaled_model = copy.deepcopy(cfg.model)  # for messages in the user's own numbers
+    _check_scale_record(cfg)
     apply_scale(cfg)
     for key, allowed in VALID_CHOICES.items():
         _check_choice(cfg, key, allowed)
@@ -550,20 +572,64 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def scale_choice_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
-    """The group choices ``cfg``'s experiment preset makes at its scale (``scale_choices``) that ``overrides`` does not
-    make itself, as overrides (``["dataset=wikitext2_bpe", "model=transformer_lm6"]``); empty when there are none."""
+def _override_value(value: Any) -> str:
+    """``value`` as Hydra's override grammar reads it back (``null``, ``true``, ``8000``, ``'a b'``, ``[1,2]``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z_][\w./-]*", text) and text not in ("null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _section_items(section: Any, where: str, prefix: str = "", nested: bool = False) -> list[tuple[str, Any]]:
+    """(dotted key, value) of a preset section; ``nested``: mappings are fields under ``prefix`` (objective values)."""
+    items = []
+    for key, value in (section or {}).items():
+        if OmegaConf.is_dict(value) or isinstance(value, dict):
+            if not nested:
+                raise ConfigError(f"{where}.{key} is a mapping; write its keys dotted as on the command line "
+                                  f"({key}.<field>: value), or a group choice as a name ({key}: <option>)")
+            items += _section_items(value, where, f"{prefix}{key}.", nested)
+        else:
+            items.append((f"{prefix}{key}", OmegaConf.to_container(value) if OmegaConf.is_list(value) else value))
+    return items
+
+
+def preset_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """What ``cfg``'s experiment preset sets for its objective and its scale, as overrides: its
+    ``objectives.<objective>`` values (``objective.alpha=0.03``) and its ``scales.<scale>`` section (group choices
+    such as ``dataset=wikitext2_bpe`` and ``budget=transformer_lm_lite``, and dotted values), minus the keys
+    ``overrides`` (a table row, the command line) sets itself, so those win. Empty without a preset section."""
     chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
-    wanted = (cfg.get("scale_choices") or {}).get(cfg.scale.name) or {}
-    return [f"{group}={option}" for group, option in wanted.items() if group not in chosen]
+    scale, objective = cfg.scale.name, cfg.objective.name
+    items = _section_items((cfg.get("scales") or {}).get(scale), f"scales.{scale}")
+    items += _section_items((cfg.get("objectives") or {}).get(objective), f"objectives.{objective}", "objective.",
+                            nested=True)
+    return [f"{key}={_override_value(value)}" for key, value in items if key not in chosen]
 
 
-def with_scale_choices(compose_fn, overrides: list[str]) -> tuple[DictConfig, list[str]]:
-    """Compose with ``compose_fn(overrides)``; when the experiment's preset names stand-ins for the scale, compose
-    again with them added. Returns (config, the overrides it was composed with)."""
+def compose_preset(compose_fn, overrides: list[str]) -> tuple[DictConfig, list[str]]:
+    """THE composition of a run: ``compose_fn(overrides)`` (Hydra: group defaults, the experiment preset, the scale,
+    the command line), then, when the preset has sections for the objective or scale it got, composed again with
+    them (:func:`preset_overrides`) placed before ``overrides``. Returns (config, the overrides it was composed with)."""
     cfg = compose_fn(overrides)
-    extra = scale_choice_overrides(cfg, overrides)
+    extra = preset_overrides(cfg, overrides)
     if not extra:
         return cfg, list(overrides)
-    overrides = [*overrides, *extra]
+    overrides = [*extra, *overrides]
     return compose_fn(overrides), overrides
+
+
+def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """The config ``reproduce.train <overrides>`` runs, before :func:`finalize` (Hydra must be initialized, e.g.
+    inside ``initialize_config_dir``): Hydra's composition with the preset's sections (:func:`compose_preset`)."""
+    from hydra import compose
+
+    return compose_preset(lambda o: compose(config_name=config_name, overrides=o), list(overrides))[0]

@@ -7,7 +7,7 @@ config with where each value comes from.
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
 
 The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
-override or a scale cap sets (``all=true``: schema defaults too), then the config hash (see :mod:`reproduce.sources`).
+override or a preset's section sets (``all=true``: schema defaults too), then the config hash (see :mod:`reproduce.sources`).
 
 The vocabulary size is counted from the corpus when it is in a local directory (``REPDEGEN_DATA_DIR``),
 else taken from ``dataset.vocab_size`` (the papers' value); the output says which. The model
@@ -142,7 +142,7 @@ def annotated(args: list[str]) -> str:
         cfg, sources = compose_with_sources(overrides)
     h = config_hash(cfg)
     header.append(f"# python -m reproduce.train {' '.join(o for o in overrides if not o.startswith(('paths.', 'logger.')))}")
-    header.append(f"# config hash {h}; every key a config file, an override or a scale cap sets"
+    header.append(f"# config hash {h}; every key a config file, a preset's section or an override sets"
                   + (", and the schema defaults" if show_all else " (all=true: the schema defaults too)"))
     return "\n".join(header + [format_sources(cfg, sources, only_set=not show_all)])
 

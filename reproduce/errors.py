@@ -215,3 +215,15 @@ def _reraise(ex: BaseException):
         raise ex
 
     return func
+
+
+FAILURE_NOTE = "failure.json"  # in a Hydra job's folder: why a job of a sweep that raised failed (reproduce.aggregate)
+
+
+def write_failure_note(job_dir, error: BaseException) -> None:
+    """``failure.json`` in a job folder: the error a job raised, for ``reproduce.aggregate`` to say why it failed."""
+    from pathlib import Path
+
+    from core.files import atomic_write_json
+
+    atomic_write_json(Path(job_dir) / FAILURE_NOTE, {"status": "failed", "error": f"{type(error).__name__}: {error}"})

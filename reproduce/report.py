@@ -1,34 +1,28 @@
-"""Write ``results/README.md``: every reproduced table and figure in one page, regenerated from the ledger.
+"""Write ``results/README.md``: every reproduced table and figure in one page, from the files under ``results/``.
 
-    python -m reproduce.report                       # re-render what the ledger can, then write results/README.md
-    python -m reproduce.report --runs-dir /data/runs --results results
+    python -m reproduce.report                       # write results/README.md from results/
+    python -m reproduce.report --results results
     python -m reproduce.report --check               # exit 1 if results/README.md is stale (CI)
-    python -m reproduce.report --no-render           # only gather what is under results/
 
-1. Re-render from the ledger (render-only, no training): for every table config (``conf/table``) and
-   scale with at least one complete cell in ``--runs-dir``, the table is rendered again into
-   ``<results>/tables/<table>/<scale>/`` (``reproduce.table``'s renderer: Markdown, CSV, LaTeX,
-   ``cells.json`` and the figures). A committed rendering is kept when this machine's ledger holds
-   fewer complete cells of it than it shows, and tables with no ledger entries here keep their
-   committed rendering; the README's first lines say which was which.
-2. Gather ``<results>/``: ``tables/*/*`` (grouped by paper, with their figures), ``figures/*/*``
-   (with their README/notes), ``bench/*/`` (the JSON as a table of ratios to MLE), ``sweeps/*.md``,
-   ``sanity/*.md``, and ``NOTES.md`` (hand-written caveats, included verbatim), into one README with
-   a table of contents. Tables rendered at no scale are listed as not yet reproduced, with the command
-   that makes them.
+It reads what was rendered and composes nothing: ``tables/*/*`` as ``reproduce.table`` rendered them (``table.md``,
+``claims.json`` for the verdicts, ``cells.json``, figures; grouped by paper, titles and claims' wording from
+``conf/table``), ``figures/*/*`` (with their README/notes), ``bench/*/`` (the JSON as a table of ratios to MLE),
+``sweeps/*.md``, ``sanity/*.md`` and ``NOTES.md`` (hand-written caveats, included verbatim), into one README with a
+table of contents. Tables rendered at no scale are listed as not yet reproduced, with the command that makes them.
 
-The README is idempotent: two runs give the same file except the ``Generated:`` line (date and
-commit). ``--check`` renders nothing; it compares the README with what the files under ``results/``
-give now, ignoring the ``Generated:`` line and the block that reports this machine's re-rendering.
+To bring a ledger's runs into ``results/`` first, render the tables from it (no training; a committed rendering with
+more complete cells than the ledger is kept): ``make rerender`` (``python -m reproduce.table table=all
+scale=<scale> render_only=true`` for each scale).
+
+The README is idempotent: two runs give the same file except the ``Generated:`` line (date and commit). ``--check``
+compares the README with what the files under ``results/`` give now, ignoring the ``Generated:`` line.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import difflib
-import io
 import json
 import re
 import sys
@@ -38,14 +32,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from core.files import atomic_write_bytes, atomic_write_json
+from core.files import atomic_write_bytes
 from reproduce.config import CONF_DIR
-from reproduce.ledger import STATUS_COMPLETE, Ledger
+from reproduce.ledger import STATUS_COMPLETE
 
 SCALES = ("paper", "lite", "smoke")
 GENERATED_PREFIX = "Generated: "
-RUN_BLOCK_START = "<!-- report: this machine's re-rendering (ignored by --check) -->"
-RUN_BLOCK_END = "<!-- /report -->"
 # figures a table renders, in the order shown, with what they are
 TABLE_FIGURES = {
     "curves": "Validation PPL per epoch of every cell",
@@ -116,94 +108,8 @@ def load_tables(conf_dir: Path = CONF_DIR) -> list[TableInfo]:
 # ------------------------------------------------------------------------------------------------
 # 1. re-render from the ledger
 # ------------------------------------------------------------------------------------------------
-def ledger_index(runs_dir: Path) -> dict[str, set[str]]:
-    """{scale: experiments with at least one complete run at that scale} in the ledger (cheap: no composition)."""
-    index: dict[str, set[str]] = defaultdict(set)
-    for result in sorted(Path(runs_dir).glob("*/result.json")):
-        try:
-            record = json.loads(result.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if record.get("status") == STATUS_COMPLETE:
-            index[str(record.get("scale"))].add(str((record.get("choices") or {}).get("experiment")))
-    return index
-
-
-def _committed_complete(out: Path) -> int:
-    try:
-        cells = json.loads((out / "cells.json").read_text())["cells"]
-    except (OSError, json.JSONDecodeError, KeyError):
-        return 0
-    return len({c["config_hash"] for c in cells if c.get("status") == STATUS_COMPLETE})
-
-
-def rerender_from_ledger(runs_dir: Path, results_dir: Path, tables: list[TableInfo],
-                         overrides: list[str] | None = None) -> list[str]:
-    """Render again every table x scale the ledger has complete cells of; return what was done, one line each."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from reproduce.table import collect_rows, expand_cells, render, training_command
-
-    runs_dir, results_dir = Path(runs_dir), Path(results_dir)
-    index = ledger_index(runs_dir)
-    ledger = Ledger(runs_dir)
-    done: list[str] = []
-    if not index:
-        return [f"The ledger `{runs_dir}` holds no complete run on this machine: every table keeps its committed rendering."]
-    rendered, kept = [], []
-    hydra_ready = GlobalHydra.instance().is_initialized()  # e.g. inside a test's initialize_config_dir
-    with contextlib.nullcontext() if hydra_ready else initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        for info in tables:
-            for scale in SCALES:
-                if not info.experiments & index.get(scale, set()):
-                    continue
-                app = compose("table_app", overrides=[f"table={info.name}", f"scale={scale}", "render_only=true",
-                                                      f"paths.runs_dir={runs_dir}",
-                                                      f"paths.tables_dir={results_dir / 'tables'}"])
-                app.overrides = list(overrides or [])
-                try:
-                    cells = expand_cells(app)
-                except Exception as err:  # a table that no longer composes must not stop the report
-                    done.append(f"{info.name}/{scale}: not re-rendered, its config does not compose: {err}")
-                    continue
-                complete = sum(ledger.is_complete(c.config_hash) for c in cells)
-                if complete == 0:
-                    continue
-                out = results_dir / "tables" / info.name / scale
-                committed = _committed_complete(out)
-                if complete < committed:
-                    kept.append(f"{info.name}/{scale} (the ledger here has {complete} of its cells complete, "
-                                f"the committed rendering {committed})")
-                    continue
-                trained_by = training_command(out / "cells.json")
-                rows, records = collect_rows(app, cells, ledger)
-                with contextlib.redirect_stdout(io.StringIO()):
-                    render(app, rows, records)
-                _stamp_command(out, info.name, scale, runs_dir, trained_by)
-                rendered.append(f"{info.name}/{scale} ({complete}/{len(cells)} cells)")
-    if rendered:
-        done.append(f"Re-rendered from the ledger `{runs_dir}`: " + ", ".join(rendered) + ".")
-    if kept:
-        done.append("Kept the committed rendering, the ledger here being incomplete: " + ", ".join(kept) + ".")
-    done.append(f"Every other table keeps its committed rendering: no complete cell of it in `{runs_dir}` on this machine.")
-    return done
-
-
-def _stamp_command(out: Path, table: str, scale: str, runs_dir: Path, trained_by: str | None = None) -> None:
-    """cells.json keeps in ``command`` the command that trains the cells (the one to rerun: the committed
-    rendering's, else ``reproduce.table`` for that table and scale) and says in ``rendered_by`` how this
-    rendering was made (render-only, from which ledger)."""
-    path = out / "cells.json"
-    data = json.loads(path.read_text())
-    data["command"] = trained_by or f"python -m reproduce.table table={table} scale={scale}"
-    data["rendered_by"] = (f"python -m reproduce.report (python -m reproduce.table table={table} scale={scale} "
-                           f"render_only=true paths.runs_dir={runs_dir})")
-    atomic_write_json(path, data)
-
-
 # ------------------------------------------------------------------------------------------------
-# 2. gather results/ into one Markdown page
+# gather results/ into one Markdown page
 # ------------------------------------------------------------------------------------------------
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -385,8 +291,23 @@ def orphan_tables(results_dir: Path, tables: list[TableInfo]) -> list[TableInfo]
 CLAIM_SCALES = ("lite", "smoke", "paper")
 
 
+def is_rendered(results_dir: Path, table: str, scale: str) -> bool:
+    """Whether a table is reproduced at a scale: rendered (``table.md``) with at least one complete cell (a
+    render-only pass over a ledger without its cells writes a skeleton of "(not run)" rows, which is not)."""
+    out = Path(results_dir) / "tables" / table / scale
+    if not (out / "table.md").is_file():
+        return False
+    try:
+        cells = json.loads((out / "cells.json").read_text())["cells"]
+    except (OSError, json.JSONDecodeError, KeyError):
+        return True  # an older rendering without cells.json
+    return any(c.get("status") == STATUS_COMPLETE for c in cells)
+
+
 def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | None:
     """{claim text: its record} of a rendered table's claims.json, or None when not rendered at that scale."""
+    if not is_rendered(results_dir, table, scale):
+        return None
     try:
         data = json.loads((results_dir / "tables" / table / scale / "claims.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -445,7 +366,7 @@ def claims_status(page: Page, results_dir: Path, tables: list[TableInfo]) -> Non
         page.para("Why a claim does not show: see [Notes](NOTES.md).")
 
 
-def build_readme(results_dir: Path, tables: list[TableInfo], run_notes: list[str], generated: str) -> str:
+def build_readme(results_dir: Path, tables: list[TableInfo], generated: str) -> str:
     results_dir = Path(results_dir)
     tables = tables + orphan_tables(results_dir, tables)
     page = Page()
@@ -458,7 +379,7 @@ def build_readme(results_dir: Path, tables: list[TableInfo], run_notes: list[str
     papers = sorted(by_paper, key=paper_order)
 
     def scales_of(t: TableInfo) -> list[str]:
-        return [s for s in SCALES if (results_dir / "tables" / t.name / s / "table.md").is_file()]
+        return [s for s in SCALES if is_rendered(results_dir, t.name, s)]
 
     # ---- the claims, first ----------------------------------------------------------------------
     claims_status(page, results_dir, [t for key in papers for t in by_paper[key]])
@@ -562,15 +483,12 @@ def build_readme(results_dir: Path, tables: list[TableInfo], run_notes: list[str
     head = [
         "# Reproduced results",
         "",
-        "This page is generated by `python -m reproduce.report` from the files under `results/`, after re-rendering "
-        "every table the run ledger (`outputs/runs/`) can regenerate. Do not edit it by hand: caveats go in "
-        "[`NOTES.md`](NOTES.md) (included below), and `python -m reproduce.report --check` tells whether it is up to date.",
+        "This page is generated by `python -m reproduce.report` from the files under `results/` (the tables as "
+        "`reproduce.table` rendered them; `make rerender` renders them again from a run ledger). Do not edit it by "
+        "hand: caveats go in [`NOTES.md`](NOTES.md) (included below), and `python -m reproduce.report --check` tells "
+        "whether it is up to date.",
         "",
         GENERATED_PREFIX + generated,
-        "",
-        RUN_BLOCK_START,
-        *[f"- {n}" for n in run_notes],
-        RUN_BLOCK_END,
         "",
         "## Contents",
         "",
@@ -605,28 +523,13 @@ def _generated_line() -> str:
 
 
 def comparable(text: str) -> list[str]:
-    """The README without what may change between two runs on different machines: the Generated line
-    and the re-rendering block."""
-    out, inside = [], False
-    for line in text.splitlines():
-        if line == RUN_BLOCK_START:
-            inside = True
-        if not inside and not line.startswith(GENERATED_PREFIX):
-            out.append(line)
-        if line == RUN_BLOCK_END:
-            inside = False
-    return out
+    """The README without what changes between two runs: the Generated line."""
+    return [line for line in text.splitlines() if not line.startswith(GENERATED_PREFIX)]
 
 
-def write_report(runs_dir: Path, results_dir: Path, render: bool = True, overrides: list[str] | None = None,
-                 conf_dir: Path = CONF_DIR) -> Path:
+def write_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> Path:
     results_dir = Path(results_dir)
-    tables = load_tables(conf_dir)
-    if render:
-        notes = rerender_from_ledger(Path(runs_dir), results_dir, tables, overrides)
-    else:
-        notes = ["Not re-rendered (`--no-render`): every table is as committed."]
-    text = build_readme(results_dir, tables, notes, _generated_line())
+    text = build_readme(results_dir, load_tables(conf_dir), _generated_line())
     path = results_dir / "README.md"
     atomic_write_bytes(path, lambda f: f.write(text.encode()))
     sync_status_line(results_dir.parent / "README.md", text)
@@ -665,7 +568,7 @@ def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
     path = Path(results_dir) / "README.md"
     if not path.is_file():
         return [f"{path} does not exist"]
-    fresh = build_readme(Path(results_dir), load_tables(conf_dir), [], "")
+    fresh = build_readme(Path(results_dir), load_tables(conf_dir), "")
     diff = list(difflib.unified_diff(comparable(path.read_text()), comparable(fresh), str(path), "regenerated", lineterm="", n=1))
     project = Path(results_dir).parent / "README.md"
     headline = claims_headline(fresh)
@@ -676,12 +579,8 @@ def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reproduce.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs-dir", default="outputs/runs", help="the run ledger (default: outputs/runs)")
     parser.add_argument("--results", default="results", help="the results folder (default: results)")
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; writes nothing")
-    parser.add_argument("--no-render", action="store_true", help="do not re-render tables from the ledger")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="a training-config override the table's cells ran with (as given to reproduce.table)")
     args = parser.parse_args(argv)
     if args.check:
         diff = check_report(Path(args.results))
@@ -691,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"repdegen: {args.results}/README.md is up to date")
         return 0
-    path = write_report(Path(args.runs_dir), Path(args.results), render=not args.no_render, overrides=args.override)
+    path = write_report(Path(args.results))
     print(f"repdegen: wrote {path}")
     return 0
 

@@ -1,11 +1,12 @@
 """Where each value of a run's config comes from: the config files Hydra merged (in its defaults-list order), the
-command line or a table row's overrides, and the scale caps ``reproduce.config.finalize`` applies in Python.
+experiment preset's sections for the run's objective and scale, the command line or a table row's overrides, and the
+scale's width multiplier ``reproduce.config.finalize`` applies in Python.
 
     python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite          # one table cell
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
 
 Each line is ``key: value  # source``; a key set by several layers names the last one and, in brackets, the
-layers it overrode (``trainer.max_updates: 3500  # conf/scale_patch/... [was 200000: conf/experiment/...]``).
+layers it overrode (``trainer.max_updates: 700  # conf/budget/mt_lite.yaml  [over: conf/experiment/...]``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _container(cfg: DictConfig, resolve: bool) -> dict:
-    return OmegaConf.to_container(cfg, resolve=resolve, throw_on_missing=False)
+    """The config as a dict, without the preset's sections (``objectives``, ``scales``): what they set is listed
+    under its own keys, with the section as its source."""
+    container = OmegaConf.to_container(cfg, resolve=resolve, throw_on_missing=False)
+    for section in ("objectives", "scales"):
+        container.pop(section, None)
+    return container
 
 
 def _file_label(default) -> str:
@@ -41,6 +47,11 @@ def _file_label(default) -> str:
     return f"conf/{path}.yaml" if (CONF_DIR / f"{path}.yaml").is_file() else f"schema default ({path})"
 
 
+def _section(cfg: DictConfig, key: str) -> str:
+    """Which section of the preset an override of ``key`` came from (``scales.lite``, ``objectives.agg``)."""
+    return f"objectives.{cfg.objective.name}" if key.startswith("objective.") else f"scales.{cfg.scale.name}"
+
+
 def compose_with_sources(overrides: list[str], config_name: str = "config") -> tuple[DictConfig, dict[str, list[str]]]:
     """The finalized config ``reproduce.train <overrides>`` runs, and for each dotted key the layers that set it,
     first to last (Hydra must be initialized, e.g. inside ``initialize_config_dir``)."""
@@ -48,11 +59,14 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.config import SCALE_CAPS, finalize, with_scale_choices
+    from reproduce.config import compose_preset, finalize
     from reproduce.table import compose_cell
 
-    # the experiment preset's stand-ins at the scale are overrides like any other (their files are named below)
-    overrides = with_scale_choices(lambda o: compose(config_name=config_name, overrides=o), list(overrides))[1]
+    # the experiment preset's sections for its objective and scale are overrides placed before the given ones
+    given = list(overrides)
+    overrides = compose_preset(lambda o: compose(config_name=config_name, overrides=o), given)[1]
+    from_preset = set(overrides[: len(overrides) - len(given)])
+    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
     loader = GlobalHydra.instance().config_loader()
     parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
     defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=parsed, prepend_hydra=True,
@@ -71,15 +85,16 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
         before = now
 
     # the overrides that set values (key=value, +key=value), after every file, in the order given
-    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
     cell_overrides = [o for o in overrides if not o.startswith("experiment=")]
     composed = compose_cell(experiment, cell_overrides) if experiment else compose(config_name=config_name,
                                                                                    overrides=overrides)
     for override in defaults.config_overrides:
         key = override.key_or_group.lstrip("+~")
         value = OmegaConf.select(composed, key, default=None)
+        label = (f"conf/experiment/{experiment}.yaml {_section(composed, key)}: {override.input_line}"
+                 if override.input_line in from_preset else f"override {override.input_line}")
         for leaf, v in flatten(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value, key).items():
-            history.setdefault(leaf, []).append((f"override {override.input_line}", v))
+            history.setdefault(leaf, []).append((label, v))
 
     unresolved = flatten(_container(composed, resolve=False))
     cfg = finalize(composed)
@@ -88,12 +103,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
     for key, value in final.items():
         if key in resolved_before and resolved_before[key] == value:
             continue
-        scale_key = SCALE_CAPS.get(key)
-        if scale_key is not None:
-            was = resolved_before.get(key)
-            why = (f"scale cap: scale.{scale_key}={cfg.scale[scale_key]} (the preset sets none)" if was is None
-                   else f"scale cap: min({was}, scale.{scale_key}={cfg.scale[scale_key]})")
-        elif key.startswith("model.") and cfg.scale.width_mult != 1.0:
+        if key.startswith("model.") and cfg.scale.width_mult != 1.0:
             why = f"scale.width_mult={cfg.scale.width_mult} (min width {cfg.scale.min_width})"
         else:
             why = "finalize (reproduce/config.py)"

@@ -109,7 +109,12 @@ class TableConfig:
 @dataclass
 class TableAppConfig:
     table: TableConfig = MISSING
+    # the scale the cells run at (scale=<paper|lite|smoke>: conf/scale/<name>.yaml); what that file sets for a run
+    # (trainer, dataset, optim) lands beside it here, unused: each cell composes its scale again
     scale: ScaleConfig = MISSING
+    trainer: Any = None
+    dataset: Any = None
+    optim: Any = None
     paths: PathsConfig = field(default_factory=PathsConfig)
     # overrides of the training config for every cell. On the command line, arguments that name the
     # training config's keys (trainer.device=cuda, dataset.data_dir=..., logger=wandb) land here.
@@ -159,11 +164,11 @@ def runs_at(row, scale: str) -> bool:
 
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
-    """The config ``reproduce.train experiment=... <overrides>`` would run (Hydra must be initialized), with the
-    preset's stand-ins at the scale (``scale_choices``) unless the overrides choose those groups themselves."""
-    from reproduce.config import with_scale_choices
+    """The config ``reproduce.train experiment=... <overrides>`` would run (Hydra must be initialized): with the
+    preset's sections for its objective and scale (``compose_preset``); the overrides win over them."""
+    from reproduce.config import compose_preset
 
-    return with_scale_choices(lambda o: _compose_cell(experiment, o), overrides)[0]
+    return compose_preset(lambda o: _compose_cell(experiment, o), overrides)[0]
 
 
 def _compose_cell(experiment: str, overrides: list[str]) -> DictConfig:

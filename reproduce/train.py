@@ -36,7 +36,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from core.files import atomic_torch_save, atomic_write_json, remove_stale_temps
+from core.files import atomic_torch_save, remove_stale_temps
 from data.corpus import load_corpus
 from losses import build_objective
 from models import build_model, resolve_tie
@@ -52,6 +52,7 @@ from reproduce.errors import (
     UserError,
     exit_on_user_error,
     mark_task_started,
+    write_failure_note,
 )
 from reproduce.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
 from reproduce.loggers import make_logger
@@ -320,34 +321,22 @@ def hydra_choices() -> dict:
     return {k: str(v) for k, v in choices.items() if not k.startswith("hydra/") and v is not None}
 
 
-def apply_scale_choices(cfg: DictConfig) -> DictConfig:
-    """The config composed again with the experiment preset's stand-ins at this scale (``scale_choices``, e.g. Yu's
-    GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at lite), unless the command line chose those groups."""
-    from reproduce.config import scale_choice_overrides
+def apply_preset(cfg: DictConfig) -> DictConfig:
+    """The config composed again with the experiment preset's sections for this objective and scale (``objectives:``,
+    ``scales:``; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at lite); the command line wins."""
+    from reproduce.config import preset_overrides
 
     task = list(HydraConfig.get().overrides.task)
-    extra = scale_choice_overrides(cfg, task)
+    extra = preset_overrides(cfg, task)
     if not extra:
         return cfg
-    dist.print_main(f"repdegen: at scale={cfg.scale.name} the preset {cfg.choices.get('experiment')} runs {' '.join(extra)} "
-                    f"(its scale_choices; choose those groups on the command line to change it)", flush=True)
-    new = hydra.compose(config_name="config", overrides=[*task, *extra])
-    new.choices = dict(cfg.choices, **dict(e.split("=", 1) for e in extra))
+    choices = [e for e in extra if "." not in e.split("=", 1)[0]]
+    dist.print_main(f"repdegen: the preset {cfg.choices.get('experiment')} at scale={cfg.scale.name} with "
+                    f"objective={cfg.objective.name}: {' '.join(choices) or 'its values'} and {len(extra) - len(choices)} "
+                    f"more (`python -m reproduce.describe` lists them; the command line wins)", flush=True)
+    new = hydra.compose(config_name="config", overrides=[*extra, *task])
+    new.choices = dict(cfg.choices, **dict(e.split("=", 1) for e in choices))
     return new
-
-
-def write_job_pointer(record: dict) -> None:
-    """``run.json`` in the Hydra job's output directory: which ledger run this job was, so a
-    multirun directory can be aggregated (``python -m reproduce.aggregate DIR``)."""
-    try:
-        out = HydraConfig.get().runtime.output_dir
-    except ValueError:
-        return
-    atomic_write_json(Path(out) / "run.json", {
-        "config_hash": record.get("config_hash"), "status": record.get("status"),
-        "run_dir": str(Path(record["config"]["paths"]["runs_dir"]).resolve() / record["config_hash"]),
-        "label": record.get("label"),
-    })
 
 
 def in_multirun() -> bool:
@@ -362,20 +351,14 @@ def in_multirun() -> bool:
 def _train_in_multirun(cfg: DictConfig) -> dict:
     """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
     (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
-    exiting the process, and the job's ``run.json`` says why, for ``reproduce.aggregate``."""
+    exiting the process, and the job's ``failure.json`` says why, for ``reproduce.aggregate``."""
     mark_task_started()
     try:
         return train(cfg)
     except UserError as err:
         print(f"repdegen: error: {err}", file=sys.stderr, flush=True)
         if dist.is_main():
-            try:
-                out = Path(HydraConfig.get().runtime.output_dir)
-                h = config_hash(finalize(cfg))
-                atomic_write_json(out / "run.json", {"config_hash": h, "status": "failed", "error": str(err),
-                                                     "run_dir": str(Path(cfg.paths.runs_dir).resolve() / h)})
-            except Exception:  # noqa: BLE001 - a config too broken to hash: the message above says why
-                pass
+            write_failure_note(Path(HydraConfig.get().runtime.output_dir), err)
         raise
 
 
@@ -385,7 +368,7 @@ def main(cfg: DictConfig) -> float | None:
     preempted run requeues its SLURM job (:func:`reproduce.distributed.requeue_if_slurm`) and exits
     with :data:`EXIT_PREEMPTED`."""
     cfg.choices = hydra_choices()
-    cfg = apply_scale_choices(cfg)
+    cfg = apply_preset(cfg)
     try:
         if in_multirun():
             record = _train_in_multirun(cfg)
@@ -393,8 +376,6 @@ def main(cfg: DictConfig) -> float | None:
             record = exit_on_user_error(train)(cfg)
     finally:
         dist.teardown()
-    if dist.is_main():
-        write_job_pointer(record)
     if record.get("status") == STATUS_PREEMPTED:
         dist.requeue_if_slurm()
         sys.exit(EXIT_PREEMPTED)

@@ -40,12 +40,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra import initialize_config_dir  # noqa: E402
 
 from data.corpus import Corpus, Vocab  # noqa: E402
 from losses import build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
-from reproduce.config import CONF_DIR, finalize, register_all  # noqa: E402
+from reproduce.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 from reproduce.optim import use_bf16  # noqa: E402
 from reproduce.provenance import git_commit, hardware  # noqa: E402
 from reproduce.trainer import Trainer  # noqa: E402
@@ -76,7 +76,7 @@ def peak_flops(device: torch.device, bf16: bool) -> float | None:
 
 def compose_cfg(model: str, objective: str, dataset: str, extra: list[str]):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return finalize(compose("config", overrides=[f"model={model}", f"dataset={dataset}", f"objective={objective}", *extra]))
+        return finalize(compose_config([f"model={model}", f"dataset={dataset}", f"objective={objective}", *extra]))
 
 
 def flops_per_token(model, cfg, context: int) -> float:
@@ -124,7 +124,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
     model_overrides = [f"model.{o}" for part in model_opts for o in part.split(",") if o]
     kind = "translation" if model_name.startswith("transformer_") and model_name not in ("transformer_lm6",) else "lm"
     dataset = "wmt14_en_de" if kind == "translation" else "wikitext103"
-    extra = ["scale=smoke", "scale.update_freq=null"] if args.smoke else []
+    extra = ["scale=smoke"] if args.smoke else []
     extra += [f"trainer.precision={args.precision}", f"trainer.update_freq={args.update_freq}",
               "trainer.progress=false", f"trainer.compile={'true' if args.compile else 'false'}",
               f"trainer.device={device.type}", f"paths.output_dir={run_dir}"]

@@ -23,9 +23,9 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra import initialize_config_dir  # noqa: E402
 
-from reproduce.config import CONF_DIR, finalize, register_all  # noqa: E402
+from reproduce.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 from reproduce.train import train  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def run_point(beta: float, tau: float, seed: int, scale: str, extra: list[str]) 
     overrides = ["experiment=inan2017/fig1", "objective=al", f"objective.beta={beta}", f"objective.temperature={tau}",
                  f"seed={seed}", f"scale={scale}", "trainer.resume=true", *extra]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = finalize(compose("config", overrides=overrides))
+        cfg = finalize(compose_config(overrides))
     record = train(cfg)
     return {"beta": beta, "tau": tau, "seed": seed, "config_hash": record["config_hash"],
             "subspace_distance": record["metrics"]["final"]["subspace_distance"]}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import initialize_config_dir
 
-from reproduce.config import CONF_DIR, register_all
+from reproduce.config import CONF_DIR, compose_config, register_all
 
 register_all()
 torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -61,7 +61,7 @@ def compose_cfg(tmp_path, tiny_data):
             "trainer.progress=false",
         ]
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return compose("config", overrides=[*base, *overrides])
+            return compose_config([*base, *overrides])
 
     return _compose
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from analysis.render import _fmt
 from analysis.sweep_figures import use_log_x
 from reproduce.aggregate import (
     AggregateCallback,
@@ -86,8 +87,12 @@ def test_the_callback_writes_the_expected_table(sweep):
             assert float(csv_rows[gamma][f"{m}_mean"]) == pytest.approx(mean, rel=1e-12)
             assert float(csv_rows[gamma][f"{m}_std"]) == pytest.approx(std, rel=1e-9, abs=1e-12)
         assert csv_rows[gamma]["n"] == "2"
+        # the Markdown table comes from the tables' renderer (analysis.render): ours = mean±sd, no paper column
         valid = [r["metrics"]["final"]["valid_ppl"] for r in recs]
-        assert f"| {gamma:g} | 2 | 1, 2 | {statistics.mean(valid):.2f} ± {statistics.stdev(valid):.2f} |" in md
+        mean_sd = f"{_fmt(statistics.mean(valid), 'valid_ppl')}±{_fmt(statistics.stdev(valid), 'valid_ppl')}"
+        assert f"| {gamma:g} | {mean_sd} |" in md
+    assert md.startswith("# Sweep over `objective.gamma`\n")
+    assert "| objective.gamma | Valid PPL | Test PPL | I(W) |" in md and "Seeds: 1, 2 (ours = mean±sd)." in md
 
 
 def test_one_plot_per_metric(sweep):
@@ -113,34 +118,39 @@ def test_failed_and_unfinished_jobs_are_listed(sweep, tmp_path):
     sweep_copy, runs = tmp_path / "multirun", tmp_path / "runs"
     shutil.copytree(sweep, sweep_copy)
     shutil.copytree(sweep.parent / "out" / "runs", runs)
-    # job 1 diverged: reproduce.train marks its ledger run failed and exits before writing run.json
-    h1 = json.loads((sweep_copy / "1" / "run.json").read_text())["config_hash"]
-    (sweep_copy / "1" / "run.json").unlink()
+    hashes = {Path(j["job_dir"]).name: j["config_hash"] for j in json.loads((sweep / "aggregate.json").read_text())["jobs"]}
+    # job 1 diverged: reproduce.train marks its ledger run failed (found by the hash its overrides compose to)
+    h1 = hashes["1"]
     rec = json.loads((runs / h1 / "result.json").read_text())
     rec.update(status="failed", error="the loss became nan at update 3")
     (runs / h1 / "result.json").write_text(json.dumps(rec))
-    # job 3 raised before its run existed: the callback's on_job_end writes a failed run.json
-    h3 = json.loads((sweep_copy / "3" / "run.json").read_text())["config_hash"]
-    (sweep_copy / "3" / "run.json").unlink()
+    # job 3 raised before its run existed: the callback's on_job_end writes the job's failure note
+    h3 = hashes["3"]
     shutil.rmtree(runs / h3)
     from hydra.core.utils import JobReturn, JobStatus
 
     job_return = JobReturn(status=JobStatus.FAILED, _return_value=RuntimeError("CUDA out of memory"))
     AggregateCallback().on_job_end(OmegaConf.create({"hydra": {"runtime": {"output_dir": str(sweep_copy / "3")}}}), job_return)
-    # job 4: a rerun of job 0 that was killed (no run.json); its run is complete in the ledger: counted once
+    # job 4: a rerun of job 0 that was killed; its run (same overrides, same hash) is complete: counted once
     shutil.copytree(sweep_copy / "0" / ".hydra", sweep_copy / "4" / ".hydra")
+    # job 5: started, never reached the ledger, no failure note (killed early): missing, with the hash it looked for
+    shutil.copytree(sweep_copy / "2" / ".hydra", sweep_copy / "5" / ".hydra")
+    (sweep_copy / "5" / ".hydra" / "overrides.yaml").write_text(
+        (sweep_copy / "2" / ".hydra" / "overrides.yaml").read_text().replace("seed=1", "seed=7").replace("seed=2", "seed=7"))
 
     agg = run_aggregate([sweep_copy], metrics=["valid_ppl"], runs_dir=runs)
     bad = {Path(j.dir).name: j for j in agg.not_complete}
-    assert sorted(bad) == ["1", "3"]
+    assert sorted(bad) == ["1", "3", "5"]
     assert bad["1"].status == "failed" and "nan" in bad["1"].reason and bad["1"].config_hash == h1
     assert bad["3"].status == "failed" and "RuntimeError: CUDA out of memory" in bad["3"].reason
+    assert bad["3"].config_hash == h3
+    assert bad["5"].status == "missing" and f"no ledger run {bad['5'].config_hash} in {runs}" in bad["5"].reason
     assert [Path(j.dir).name for j in agg.duplicates] == ["4"]
     assert [(r.values["objective.gamma"], r.n) for r in agg.rows] == [(0.1, 1), (10.0, 1)]
     md = (sweep_copy / "aggregate.md").read_text()
     assert "**failed**" in md and "the loss became nan at update 3" in md and "CUDA out of memory" in md
     on_disk = json.loads((sweep_copy / "aggregate.json").read_text())
-    assert sorted(Path(j["job_dir"]).name for j in on_disk["not_complete"]) == ["1", "3"]
+    assert sorted(Path(j["job_dir"]).name for j in on_disk["not_complete"]) == ["1", "3", "5"]
 
 
 def test_clear_errors(sweep, tmp_path):

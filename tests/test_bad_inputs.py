@@ -21,7 +21,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from reproduce.config import CONF_DIR, config_hash, finalize
+from reproduce.config import CONF_DIR, compose_config, config_hash, finalize
 from reproduce.errors import EXIT_USER_ERROR, ConfigError, as_user_error, condense_hydra_error, exit_on_user_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def trained(tmp_path_factory, tiny_data):
 
     out = tmp_path_factory.mktemp("trained") / "out"
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[*RUN, f"paths.output_dir={out}", f"dataset.data_dir={tiny_data}"])
+        cfg = compose_config([*RUN, f"paths.output_dir={out}", f"dataset.data_dir={tiny_data}"])
     record = train(cfg)
     assert record["status"] == "complete"
     return out, cfg, out / "runs" / record["config_hash"]

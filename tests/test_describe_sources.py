@@ -30,12 +30,25 @@ def _file_values(label: str) -> dict:
 def test_every_key_names_a_layer_that_sets_it(overrides):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg, sources = compose_with_sources(overrides)
-    final = flatten(OmegaConf.to_container(cfg, resolve=True))
+    final = {k: v for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()
+             if not k.startswith(("scales.", "objectives."))}  # the preset's sections: listed under the keys they set
     assert set(sources) == set(final) and all(sources[k] for k in final)
     checked = 0
     for key, steps in sources.items():
         last = steps[-1]
-        if last.startswith("conf/"):
+        if last.startswith("conf/experiment/") and (" scales." in last or " objectives." in last):
+            # a preset's section: the section, read from the file, has that override
+            path, rest = last.split(" ", 1)
+            section, override = rest.split(": ", 1)
+            dotted, value = override.split("=", 1)
+            entries = yaml.safe_load((REPO / path).read_text())
+            for part in section.split("."):
+                entries = entries[part]
+            field = dotted.removeprefix("objective.") if section.startswith("objectives.") else dotted
+            assert field in entries and OmegaConf.select(cfg, key) == yaml.safe_load(value), (key, last)
+            assert key == dotted or key.startswith(dotted + ".") or dotted in ("dataset", "model", "budget")
+            checked += 1
+        elif last.startswith("conf/"):
             # the file that is named last really sets the key (as written, or under its group's package)
             values = _file_values(last.split(" = ")[0])
             short = key.split(".", 1)[1] if "." in key else key
@@ -46,16 +59,21 @@ def test_every_key_names_a_layer_that_sets_it(overrides):
     assert checked > 5
 
 
-def test_scale_caps_and_width_are_attributed_to_the_scale():
+def test_scale_budget_and_width_are_attributed_to_the_scale_file():
     experiment = yaml.safe_load((CONF_DIR / "experiment" / "gao2019" / "awd_lstm_wt2.yaml").read_text())
-    epochs_in_preset = experiment["trainer"]["max_epochs"]  # read from the file, not through our code
+    smoke = yaml.safe_load((CONF_DIR / "scale" / "smoke.yaml").read_text())  # read from the files, not our code
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg, sources = compose_with_sources(["experiment=gao2019/awd_lstm_wt2", "objective=cosreg", "scale=smoke"])
-    assert cfg.trainer.max_epochs == 1
-    assert sources["trainer.max_epochs"][-1] == f"scale cap: min({epochs_in_preset}, scale.max_epochs=1)"
+    assert cfg.trainer.max_epochs == smoke["scale"]["max_epochs"] == 1 != experiment["trainer"]["max_epochs"]
+    assert sources["trainer.max_epochs"][-1] == "conf/scale/smoke.yaml = ${scale.max_epochs}"
     assert "conf/experiment/gao2019/awd_lstm_wt2.yaml" in sources["trainer.max_epochs"]
     assert sources["model.hidden_size"][-1].startswith("scale.width_mult=0.1")
-    assert sources["dataset.train_tokens"][-1] == "scale cap: scale.train_tokens=30000 (the preset sets none)"
+    assert sources["dataset.train_tokens"][-1] == "conf/scale/smoke.yaml = ${scale.train_tokens}"
+    # the preset's own smoke section sets what the scale leaves (one finetune epoch)
+    assert experiment["scales"]["smoke"]["trainer.finetune_epochs"] == cfg.trainer.finetune_epochs == 1
+    assert sources["trainer.finetune_epochs"][-1] == ("conf/experiment/gao2019/awd_lstm_wt2.yaml scales.smoke: "
+                                                      "trainer.finetune_epochs=1")
+    assert not any(k.startswith(("scales.", "objectives.")) for k in sources)
 
 
 def test_a_table_cell_described_is_the_cell_the_table_runs():
@@ -75,7 +93,8 @@ def test_describe_cli_annotates_and_names_the_rows_on_a_bad_label():
     ok = subprocess.run([sys.executable, "-m", "reproduce.describe", "table=yu2022_t7", "row=AGG", "scale=lite"],
                         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "objective.alpha: 0.08  # conf/objective_hparams/yu2022/transformer_base_wmt14/agg.yaml" in ok.stdout
+    assert ("objective.alpha: 0.08  # conf/experiment/yu2022/transformer_base_wmt14.yaml objectives.agg: "
+            "objective.alpha=0.08") in ok.stdout
     assert "# config hash " in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "reproduce.describe", "table=yu2022_t7", "row=agg", "scale=lite"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)

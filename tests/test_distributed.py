@@ -32,7 +32,7 @@ TOL = 1e-5  # relative, on NLLs, I(W) and weights (the measured differences are 
 # an LSTM LM with AGG on the tiny PTB corpus: 2 micro-batches per update (accumulation), sharded validation
 # (eval batch 20 = 2 x 10 columns) and whole-split test on every rank (test batch 1), AGG's counter all-reduced
 LSTM_AGG = ("experiment=inan2017/small", "scale=smoke", "objective=agg", "model.dropout=0", "scale.max_epochs=2",
-            "trainer.max_epochs=2", "trainer.update_freq=2", "scale.update_freq=null", "trainer.device=cpu",
+            "trainer.max_epochs=2", "trainer.update_freq=2", "trainer.device=cpu",
             "trainer.progress=false")
 # a tiny encoder-decoder with AGG; one training pair is too long to share its bucket, so rank 1's shard of
 # that bucket is empty (it must still call AGG's all-reduce)

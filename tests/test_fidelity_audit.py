@@ -194,7 +194,7 @@ def test_yu_t7_paper_cells_follow_table_12(tmp_path):
 @pytest.mark.skipif(not NOTES.is_file(), reason="needs ../shared/notes (the AGG README's settings)")
 def test_checkpoint_averaging_follows_each_papers_recipe(tmp_path):
     """Gao et al.: Vaswani's defaults (5 base / 20 big); Yu et al.: the AGG README's last 5, for both sizes. lite
-    keeps the MT budget's 3 (of ~7 epochs: conf/scale_patch/_shared/mt_lite.yaml), smoke does not average."""
+    keeps the MT budget's 3 (of ~7 epochs: conf/budget/mt_lite.yaml), smoke does not average."""
     readme = int(re.search(r"averages the last (\d+) checkpoints", NOTES.read_text(encoding="utf-8")).group(1))
     expected = {"gao2019/transformer_base_en_de": VASWANI_AVERAGED["base"],
                 "gao2019/transformer_base_de_en": VASWANI_AVERAGED["base"],
@@ -207,7 +207,7 @@ def test_checkpoint_averaging_follows_each_papers_recipe(tmp_path):
                 seen.add(row.experiment)
                 want = {"paper": expected[row.experiment], "lite": 3, "smoke": 0}[scale]
                 assert cfg.trainer.average_last == want, (scale, row.experiment, row.label)
-        # the big rows do not run at lite (cost: conf/scale_patch/_shared/mt_lite.yaml)
+        # the big rows do not run at lite (cost: conf/budget/mt_lite.yaml)
         assert seen == ({e for e in expected if "big" not in e} if scale == "lite" else set(expected))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from reproduce.config import CONF_DIR
+from reproduce.config import CONF_DIR, compose_config
 from reproduce.launch import EXIT_COMPLETE, EXIT_USER_ERROR, Job, LaunchConfig, LocalScheduler, SubmititScheduler
 from reproduce.ledger import Ledger, RunLocked
 from reproduce.table import expand_cells, parse_table_names, run_table, run_tables
@@ -287,7 +287,7 @@ def test_every_table_completes_at_smoke(tiny_data, tmp_path):
     out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=all", "scale=smoke", "progress=false",
                           f"paths.output_dir={tmp_path}/out", f"paths.tables_dir={tmp_path}/tables",
                           f"hydra.run.dir={tmp_path}/h", f"dataset.data_dir={data}", "dataset.bpe_vocab_size=60",
-                          "scale.max_updates=3", "trainer.progress=false"],
+                          "trainer.max_updates=3", "trainer.progress=false"],
                          cwd=REPO, capture_output=True, text=True, timeout=3000)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     names = parse_table_names("all")
@@ -303,9 +303,9 @@ def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
     from reproduce.config import config_hash, finalize
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        alias = finalize(compose("config", overrides=["experiment=yu2022/gpt2_medium_agg"]))
+        alias = finalize(compose_config(["experiment=yu2022/gpt2_medium_agg"]))
         cell = next(c for c in expand_cells(compose_app("yu2022_t3", tmp_path, tmp_path, "scale=paper"))
                     if c.cfg.objective.name == "agg")
-        lite = finalize(compose("config", overrides=["experiment=yu2022/gpt2_medium_agg", "scale=lite"]))
+        lite = finalize(compose_config(["experiment=yu2022/gpt2_medium_agg", "scale=lite"]))
     assert config_hash(alias) == cell.config_hash
     assert alias.objective.alpha == 0.03 and alias.trainer.gpus == 8 and lite.trainer.gpus == 1

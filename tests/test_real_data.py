@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from reproduce.config import CONF_DIR
+from reproduce.config import CONF_DIR, compose_config
 from reproduce.table import run_table
 from tests.conftest import REAL_DATA, requires_real_data
 
@@ -36,6 +36,6 @@ def test_describe_counts_on_real_corpora(tmp_path):
         for overrides, expected in ((["model=awd_lstm", "dataset=wikitext2"], 33_556_078),
                                     (["model=awd_lstm", "dataset=ptb"], 24_221_600),
                                     (["experiment=inan2017/large", "objective=real"], 51_012_000)):
-            cfg = compose("config", overrides=[*overrides, f"dataset.data_dir={REAL_DATA}", f"paths.output_dir={tmp_path}"])
+            cfg = compose_config([*overrides, f"dataset.data_dir={REAL_DATA}", f"paths.output_dir={tmp_path}"])
             out = describe(cfg)
             assert out["vocab_size_from"] == "corpus" and out["parameters"]["total"] == expected

@@ -72,7 +72,7 @@ def test_an_unfinished_run_needs_resume_or_a_move(compose_cfg):
 @pytest.mark.parametrize("preset", [VD_SMOKE, AWD_SMOKE], ids=["vd_lstm_sgd_decay", "awd_lstm_ntasgd_finetune_cache"])
 def test_kill_and_resume_gives_the_same_result(compose_cfg, tmp_path, preset):
     extra = ["scale.max_epochs=3", "optim.decay_after_epoch=1", "optim.lr_decay=0.5"] if preset is VD_SMOKE else [
-        "scale.max_epochs=3", "scale.finetune_epochs=2", "optim.nonmono=0"]
+        "scale.max_epochs=3", "trainer.finetune_epochs=2", "optim.nonmono=0"]
     straight = train(compose_cfg(*preset, *extra, output_dir=tmp_path / "a"))
     interrupted = train(compose_cfg(*preset, *extra, "trainer.stop_after_epochs=2", output_dir=tmp_path / "b"))
     assert interrupted["status"] == "interrupted" and len(interrupted["history"]) == 2

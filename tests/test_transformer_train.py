@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
-from reproduce.config import CONF_DIR, GenerationConfig, finalize
+from reproduce.config import CONF_DIR, GenerationConfig, compose_config, finalize
 from reproduce.errors import ConfigError
 from reproduce.train import load_any_corpus, train
 from reproduce.trainer import Trainer
@@ -91,7 +91,7 @@ def copy_corpus(tmp_path_factory) -> Path:
 def compose_train(*overrides: str, data_dir: Path, output_dir: Path):
     base = [f"paths.output_dir={output_dir}", f"dataset.data_dir={data_dir}", "trainer.progress=false"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[*base, *overrides])
+        return compose_config([*base, *overrides])
 
 
 def run_dir_of(record: dict, output_dir: Path) -> Path:

@@ -39,7 +39,7 @@ SETTINGS = {
 # AGG's alpha per setting (Yu Table 12: 0.03 for language modelling, 0.08 for translation)
 AGG_ALPHA = {"yu2022/gpt2_wt103": 0.03, "yu2022/lm6_wt103": 0.03, "yu2022/transformer_base_wmt14": 0.08,
              "yu2022/transformer_big_wmt14": 0.08}
-# one epoch of updates of the lite LM budget (conf/scale_patch/yu2022/_shared/transformer_lm_lite.yaml): static AGG's
+# one epoch of updates of the lite LM budget (conf/budget/transformer_lm_lite.yaml): static AGG's
 # switch point at lite (conf/table/yu2022_t9.yaml)
 LITE_EPOCH_UPDATES = 40  # 160,000 pieces / 16 = 10,000 rows; ceil(9,999 / 256) = 40
 PAPER_TEXT = Path(__file__).resolve().parents[2] / "shared" / "papers" / "yu2022-adaptive-gradient-gating.txt"
@@ -200,7 +200,7 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     row = next(i for i, r in enumerate(app.table.rows) if r.label == "static AGG")
     cfg = cells[row].cfg
     corpus = load_corpus(cfg.dataset, cache_dir=tmp_path / "cache", verbose=False)
-    assert corpus.train.numel() == 160000  # the lite prefix (conf/scale_patch/yu2022/_shared/transformer_lm_lite.yaml)
+    assert corpus.train.numel() == 160000  # the lite prefix (conf/budget/transformer_lm_lite.yaml)
     stateless_model = SimpleNamespace(init_state=lambda *args: None)
     per_epoch = LMTask(cfg, corpus, stateless_model, "cpu").updates_per_epoch()
     assert per_epoch == LITE_EPOCH_UPDATES and cfg.objective.static_after_epochs == 1

@@ -1,0 +1,119 @@
+"""An experiment preset holds its own per-objective values (`objectives:`) and lite/smoke budgets (`scales:`), applied
+as overrides over the preset by the one composition (`reproduce.config.compose_preset`); the scale file states what a
+scale sets (no hidden caps); a table row and the command line win over all of them. Expected values are read from
+the YAML files themselves (yaml.safe_load, not our code)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from reproduce.config import CONF_DIR, ConfigError, _override_value, config_hash, finalize, preset_overrides
+from reproduce.table import compose_cell, expand_cells
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _yaml(*parts):
+    return yaml.safe_load((CONF_DIR.joinpath(*parts)).read_text())
+
+
+def _cells(experiment, *overrides):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return [finalize(compose_cell(experiment, list(o))) for o in overrides]
+
+
+def test_the_preset_chooses_its_stand_in_unless_the_command_line_does():
+    lite, paper, mine = _cells("yu2022/gpt2_wt103", ["scale=lite", "objective=agg"], ["scale=paper", "objective=agg"],
+                               ["scale=lite", "objective=agg", "model=gpt2_medium"])
+    assert (lite.model.name, lite.dataset.name) == ("transformer_lm6", "wikitext2_bpe")
+    assert (paper.model.name, paper.dataset.name) == ("gpt2_medium", "wikitext103")
+    assert (mine.model.name, mine.dataset.name) == ("gpt2_medium", "wikitext2_bpe")  # the command line's model wins
+    section = _yaml("experiment", "yu2022", "gpt2_wt103.yaml")["scales"]["lite"]
+    assert (section["dataset"], section["model"], section["budget"]) == ("wikitext2_bpe", "transformer_lm6",
+                                                                        "transformer_lm_lite")
+    budget = _yaml("budget", "transformer_lm_lite.yaml")
+    assert lite.trainer.max_epochs == budget["trainer"]["max_epochs"] and lite.model.d_model == budget["model"]["d_model"]
+
+
+def test_objective_values_come_from_the_preset_and_the_command_line_wins():
+    values = _yaml("experiment", "inan2016", "h650.yaml")["objectives"]["al"]
+    al, real_mine, mle = _cells("inan2016/h650", ["objective=al"], ["objective=real", "objective.alpha=0.5"],
+                                ["objective=mle"])
+    assert (al.objective.alpha, al.objective.form) == (values["alpha"], values["form"]) == (0.35, "ce")
+    assert (real_mine.objective.alpha, real_mine.objective.form) == (0.5, "ce")
+    assert "alpha" not in mle.objective  # an objective the preset does not name keeps its own fields
+
+
+def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_line_wins():
+    section = _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]
+    lite, lite_mine, smoke, smoke_mine, paper = _cells(
+        "inan2017/small", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"], ["scale=smoke"],
+        ["scale=smoke", "trainer.max_epochs=2"], ["scale=paper"])
+    assert lite.trainer.max_epochs == section["trainer.max_epochs"] == 3 and lite.optim.lr_decay == section["optim.lr_decay"]
+    assert lite.dataset.train_tokens == section["dataset.train_tokens"] and paper.dataset.train_tokens is None
+    assert lite_mine.trainer.max_epochs == 5
+    smoke_file = _yaml("scale", "smoke.yaml")
+    assert smoke.trainer.max_epochs == smoke_file["scale"]["max_epochs"] == 1
+    assert smoke.dataset.train_tokens == smoke_file["scale"]["train_tokens"]
+    assert smoke_mine.trainer.max_epochs == 2  # the command line wins over the scale too (no min() cap)
+    assert paper.trainer.max_epochs == _yaml("experiment", "inan2017", "small.yaml")["trainer"]["max_epochs"]
+    # a shared budget named by the preset's section
+    (mt,) = _cells("gao2019/transformer_base_en_de", ["scale=lite"])
+    budget = _yaml("budget", "mt_lite.yaml")
+    assert mt.trainer.max_updates == budget["trainer"]["max_updates"] and mt.dataset.name == "multi30k_en_de"
+
+
+@pytest.mark.parametrize("value", [None, True, False, 8000, 0.0007, 1e-07, "ce", "a b", "it's", "null", "1", "x=y",
+                                   [13000, 36000], ["a", "b c"]])
+def test_override_values_read_back_through_hydra(value):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"+probe={_override_value(value)}"])
+    got = OmegaConf.to_container(cfg)["probe"]
+    assert got == value and type(got) is type(value)
+
+
+def test_a_mapping_in_a_scale_section_is_a_clear_error():
+    cfg = OmegaConf.create({"scale": {"name": "lite"}, "objective": {"name": "mle"},
+                            "scales": {"lite": {"trainer": {"max_epochs": 3}}}})
+    with pytest.raises(ConfigError, match=r"scales\.lite\.trainer is a mapping; write its keys dotted"):
+        preset_overrides(cfg, [])
+
+
+def test_no_table_row_repeats_its_presets_stand_in():
+    for path in (CONF_DIR / "table").glob("*.yaml"):
+        table = yaml.safe_load(path.read_text())
+        for row in table.get("rows", []):
+            if not row.get("experiment"):
+                continue
+            preset = yaml.safe_load((CONF_DIR / "experiment" / f"{row['experiment']}.yaml").read_text()) or {}
+            for scale, overrides in (row.get("scale_overrides") or {}).items():
+                section = (preset.get("scales") or {}).get(scale) or {}
+                stand_in = {f"{k}={v}" for k, v in section.items() if "." not in k}
+                assert not stand_in & set(overrides), (path.name, row["label"], scale)
+
+
+def test_train_runs_the_tables_cell_at_smoke(tiny_data, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "reproduce.train", "experiment=yu2022/gpt2_wt103", "objective=mle",
+                          "scale=smoke", "trainer.progress=false", f"dataset.data_dir={tiny_data}",
+                          f"paths.output_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert ("the preset yu2022/gpt2_wt103 at scale=smoke with objective=mle: dataset=wikitext2_bpe "
+            "model=transformer_lm6 budget=transformer_lm_smoke") in out.stdout
+    (path,) = (tmp_path / "out" / "runs").glob("*/result.json")
+    record = json.loads(path.read_text())
+    assert record["choices"]["model"] == "transformer_lm6" and record["choices"]["dataset"] == "wikitext2_bpe"
+    assert record["choices"]["budget"] == "transformer_lm_smoke"
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose("table_app", overrides=["table=yu2022_t3", "scale=smoke"])
+        app.overrides = []
+        mle = [c for c in expand_cells(app) if c.cfg.objective.name == "mle"]
+        assert record["config_hash"] == mle[0].config_hash == config_hash(finalize(compose_cell(
+            "yu2022/gpt2_wt103", ["scale=smoke", "objective=mle"])))
