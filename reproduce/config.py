@@ -602,27 +602,64 @@ def _section_items(section: Any, where: str, prefix: str = "", nested: bool = Fa
     return items
 
 
+def _section_key(override: str) -> bool:
+    """Whether an override can change which preset sections apply: a group choice (``experiment=``, ``scale=``,
+    ``objective=``, ``+sweep=``) or a key of the sections or of the names they are picked by."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return "." not in key or key.startswith(("scales.", "objectives.", "objective.name", "scale.name"))
+
+
+def _sections(cfg: DictConfig) -> list[tuple[str, Any]]:
+    """(override key, value) of ``cfg``'s preset sections for its scale and objective."""
+    scale, objective = cfg.scale.name, cfg.objective.name
+    items = _section_items((cfg.get("scales") or {}).get(scale), f"scales.{scale}")
+    items += _section_items((cfg.get("objectives") or {}).get(objective), f"objectives.{objective}", "objective.",
+                            nested=True)
+    return items
+
+
 def preset_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
     """What ``cfg``'s experiment preset sets for its objective and its scale, as overrides: its
     ``objectives.<objective>`` values (``objective.alpha=0.03``) and its ``scales.<scale>`` section (group choices
     such as ``dataset=wikitext2_bpe`` and ``budget=transformer_lm_lite``, and dotted values), minus the keys
     ``overrides`` (a table row, the command line) sets itself, so those win. Empty without a preset section."""
+    return _filtered(_sections(cfg), overrides)
+
+
+def _filtered(items: list[tuple[str, Any]], overrides: list[str]) -> list[str]:
     chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
-    scale, objective = cfg.scale.name, cfg.objective.name
-    items = _section_items((cfg.get("scales") or {}).get(scale), f"scales.{scale}")
-    items += _section_items((cfg.get("objectives") or {}).get(objective), f"objectives.{objective}", "objective.",
-                            nested=True)
     return [f"{key}={_override_value(value)}" for key, value in items if key not in chosen]
 
 
-def compose_preset(compose_fn, overrides: list[str]) -> tuple[DictConfig, list[str]]:
+# the sections a first composition found, by what can change them (the search path and the section-relevant
+# overrides): the cells of a table differ in seeds and values, not in these, so each preset is composed twice once
+_SECTIONS_SEEN: dict[tuple, list[tuple[str, Any]]] = {}
+
+
+def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -> tuple[DictConfig, list[str]]:
     """THE composition of a run: ``compose_fn(overrides)`` (Hydra: group defaults, the experiment preset, the scale,
     the command line), then, when the preset has sections for the objective or scale it got, composed again with
-    them (:func:`preset_overrides`) placed before ``overrides``. Returns (config, the overrides it was composed with)."""
-    cfg = compose_fn(overrides)
-    extra = preset_overrides(cfg, overrides)
-    if not extra:
-        return cfg, list(overrides)
+    them (:func:`preset_overrides`) placed before ``overrides``. Returns (config, the overrides it was composed with).
+    ``cache``: a name for ``compose_fn`` (its config name) when ``overrides`` hold everything it composes from, so
+    the sections found once are reused for overrides that differ only in values (a table's seeds)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra = GlobalHydra.instance()
+    where = str(hydra.config_loader().get_sources()) if cache and hydra.is_initialized() else None
+    key = (where, cache, tuple(o for o in overrides if _section_key(o)))
+    items = _SECTIONS_SEEN.get(key) if where is not None else None
+    if items is None:
+        cfg = compose_fn(overrides)
+        items = _sections(cfg)
+        if where is not None:
+            _SECTIONS_SEEN[key] = items
+        extra = _filtered(items, overrides)
+        if not extra:
+            return cfg, list(overrides)
+    else:
+        extra = _filtered(items, overrides)
+        if not extra:
+            return compose_fn(overrides), list(overrides)
     overrides = [*extra, *overrides]
     return compose_fn(overrides), overrides
 
@@ -632,4 +669,4 @@ def compose_config(overrides: list[str], config_name: str = "config") -> DictCon
     inside ``initialize_config_dir``): Hydra's composition with the preset's sections (:func:`compose_preset`)."""
     from hydra import compose
 
-    return compose_preset(lambda o: compose(config_name=config_name, overrides=o), list(overrides))[0]
+    return compose_preset(lambda o: compose(config_name=config_name, overrides=o), list(overrides), cache=config_name)[0]

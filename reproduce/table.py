@@ -168,11 +168,11 @@ def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
     preset's sections for its objective and scale (``compose_preset``); the overrides win over them."""
     from reproduce.config import compose_preset
 
-    return compose_preset(lambda o: _compose_cell(experiment, o), overrides)[0]
+    return compose_preset(_compose_cell, [f"experiment={experiment}", *overrides], cache="config")[0]
 
 
-def _compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
-    cfg = hydra.compose(config_name="config", overrides=[f"experiment={experiment}", *overrides], return_hydra_config=True)
+def _compose_cell(overrides: list[str]) -> DictConfig:
+    cfg = hydra.compose(config_name="config", overrides=overrides, return_hydra_config=True)
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
     OmegaConf.set_struct(cfg, False)
     del cfg["hydra"]

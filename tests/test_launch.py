@@ -274,9 +274,9 @@ def test_a_run_is_locked_while_it_trains(tmp_path):
 
 def test_every_table_completes_at_smoke(tiny_data, tmp_path):
     """`make reproduce-table TABLE=all SCALE=smoke`, on the tiny generated corpora (BPE of 60 pieces,
-    3 updates per cell), through the command line and the process-per-cell scheduler: every cell of
-    every table completes and every table renders. (About 5 min on 2 cores, the longest test; the
-    same command on the real corpora is in results/tables/*/smoke.)"""
+    3 updates per cell), through the command line and the process-per-cell scheduler, two one-thread cells at a
+    time as on a 2-core machine (launch.parallel=2): every cell of every table completes and every table renders.
+    (About 2.5 min on 2 cores, the longest test; the same command on the real corpora is in results/tables/*/smoke.)"""
     import shutil
 
     from tests.test_transformer_train import sentences, to_german, write_multi30k
@@ -285,7 +285,7 @@ def test_every_table_completes_at_smoke(tiny_data, tmp_path):
     shutil.copytree(tiny_data, data)
     write_multi30k(data, sentences(200, 0), sentences(10, 1), sentences(10, 2), to_german)
     out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=all", "scale=smoke", "progress=false",
-                          f"paths.output_dir={tmp_path}/out", f"paths.tables_dir={tmp_path}/tables",
+                          "launch.parallel=2", f"paths.output_dir={tmp_path}/out", f"paths.tables_dir={tmp_path}/tables",
                           f"hydra.run.dir={tmp_path}/h", f"dataset.data_dir={data}", "dataset.bpe_vocab_size=60",
                           "trainer.max_updates=3", "trainer.progress=false"],
                          cwd=REPO, capture_output=True, text=True, timeout=3000)

@@ -117,3 +117,16 @@ def test_train_runs_the_tables_cell_at_smoke(tiny_data, tmp_path):
         mle = [c for c in expand_cells(app) if c.cfg.objective.name == "mle"]
         assert record["config_hash"] == mle[0].config_hash == config_hash(finalize(compose_cell(
             "yu2022/gpt2_wt103", ["scale=smoke", "objective=mle"])))
+
+
+def test_sections_found_once_are_not_mixed_up_between_presets_or_scales():
+    """compose_preset reuses the sections it found for the same choices: cells that differ in seeds or values get
+    the same sections, cells of other presets or scales their own (values read from the YAML files)."""
+    h650 = _yaml("experiment", "inan2016", "h650.yaml")["objectives"]["al"]["alpha"]
+    h200 = _yaml("experiment", "inan2016", "h200.yaml")["objectives"]["al"]["alpha"]
+    cells = _cells("inan2016/h650", ["objective=al", "seed=1"], ["objective=al", "seed=2"], ["objective=al", "seed=2"])
+    (other,) = _cells("inan2016/h200", ["objective=al", "seed=2"])
+    assert [c.objective.alpha for c in cells] == [h650] * 3 and other.objective.alpha == h200 != h650
+    lite, smoke, lite_again = _cells("inan2017/small", ["scale=lite", "seed=5"], ["scale=smoke", "seed=5"],
+                                     ["scale=lite", "seed=6"])
+    assert lite.trainer.max_epochs == lite_again.trainer.max_epochs == 3 and smoke.trainer.max_epochs == 1
