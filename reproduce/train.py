@@ -331,9 +331,11 @@ def apply_preset(cfg: DictConfig) -> DictConfig:
     if not extra:
         return cfg
     choices = [e for e in extra if "." not in e.split("=", 1)[0]]
+    n = len(extra) - len(choices)
+    what = " ".join(choices) + (" and " if choices and n else "") + (f"{n} value{'s' * (n != 1)}" if n else "")
     dist.print_main(f"repdegen: the preset {cfg.choices.get('experiment')} at scale={cfg.scale.name} with "
-                    f"objective={cfg.objective.name}: {' '.join(choices) or 'its values'} and {len(extra) - len(choices)} "
-                    f"more (`python -m reproduce.describe` lists them; the command line wins)", flush=True)
+                    f"objective={cfg.objective.name}: {what} from its sections (`python -m reproduce.describe "
+                    f"... sources=true` lists them; the command line wins)", flush=True)
     new = hydra.compose(config_name="config", overrides=[*extra, *task])
     new.choices = dict(cfg.choices, **dict(e.split("=", 1) for e in choices))
     return new
