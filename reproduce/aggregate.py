@@ -413,12 +413,14 @@ def _meta(agg: Aggregate) -> dict:
     complete = [j for j in agg.jobs if j.record is not None and j.status == "complete" and j.superseded_by is None]
     labels = sorted({j.record.get("label", "?") for j in complete})
     scales = sorted({str(j.record.get("scale", "?")) for j in complete})
-    commits = sorted({(j.record.get("git") or {}).get("commit", "unknown")[:10]
-                      + (" (uncommitted changes)" if (j.record.get("git") or {}).get("dirty") else "") for j in complete})
+    gits = [j.record.get("git") or {} for j in complete]
+    commits = sorted({g.get("commit", "unknown")[:10] + (" (uncommitted changes)" if g.get("dirty") else "") for g in gits})
     wall = sum(float(j.record.get("wall_time_s", 0.0)) for j in complete)
     hardware = sorted({hardware_summary(j.record["hardware"]) for j in complete if j.record.get("hardware")})
     return {"labels": labels, "scales": scales, "commits": commits, "wall_time_s": wall,
-            "wall_time": _fmt_seconds(wall), "hardware": "; ".join(hardware) or "n/a"}
+            "wall_time": _fmt_seconds(wall), "hardware": "; ".join(hardware) or "n/a",
+            "git": {"commit": "+".join(sorted({g.get("commit", "unknown") for g in gits})) or "?",
+                    "dirty": any(g.get("dirty") for g in gits)}}
 
 
 def rendered_rows(agg: Aggregate):
@@ -494,10 +496,7 @@ def to_markdown(agg: Aggregate, figures: Sequence[Path] = ()) -> str:
                   + ", ".join(f"`{d}`" for d in agg.sweep_dirs),
         "scale": ", ".join(meta["scales"]) or "?",
         "scale_note": f"metrics of stage `{agg.stage}` of each run's `result.json`; replicates: {', '.join(agg.replicates)}",
-        "git": {"commit": "+".join(sorted({(j.record.get("git") or {}).get("commit", "unknown")
-                                           for r in agg.rows for j in r.jobs})) or "?",
-                "dirty": any((j.record.get("git") or {}).get("dirty") for r in agg.rows for j in r.jobs)},
-        "hardware": meta["hardware"],
+        "git": meta["git"], "hardware": meta["hardware"],
         "wall_time": meta["wall_time"], "generated": dt.datetime.now().isoformat(timespec="seconds"), "seeds": seeds}
     notes = ["Ours: the mean over the runs of each value ± the sample sd (ddof 1); one number where there is one run."]
     if agg.fixed:

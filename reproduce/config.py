@@ -647,19 +647,15 @@ def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -
     hydra = GlobalHydra.instance()
     where = str(hydra.config_loader().get_sources()) if cache and hydra.is_initialized() else None
     key = (where, cache, tuple(o for o in overrides if _section_key(o)))
-    items = _SECTIONS_SEEN.get(key) if where is not None else None
+    items, cfg = _SECTIONS_SEEN.get(key) if where is not None else None, None
     if items is None:
         cfg = compose_fn(overrides)
         items = _sections(cfg)
         if where is not None:
             _SECTIONS_SEEN[key] = items
-        extra = _filtered(items, overrides)
-        if not extra:
-            return cfg, list(overrides)
-    else:
-        extra = _filtered(items, overrides)
-        if not extra:
-            return compose_fn(overrides), list(overrides)
+    extra = _filtered(items, overrides)
+    if not extra:
+        return (cfg if cfg is not None else compose_fn(overrides)), list(overrides)
     overrides = [*extra, *overrides]
     return compose_fn(overrides), overrides
 
