@@ -46,8 +46,10 @@ class RenderedRow:
 
 
 def _fmt(value, column: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+    if value is None:
         return "–"
+    if isinstance(value, float) and not math.isfinite(value):  # a diverged metric is shown, not taken for "not run"
+        return str(value)
     if column == "params":
         return f"{value:.1f}" if value < 100 else f"{value:.0f}"
     if column.startswith(("isotropy", "mean_cos", "cos_")):
@@ -65,6 +67,8 @@ def _delta(paper, ours, column: str) -> str:
     if paper is None or ours is None:
         return ""
     d = ours - paper
+    if not math.isfinite(d):
+        return _fmt(d, column)
     return ("+" if d >= 0 else "−") + _fmt(abs(d), column)
 
 

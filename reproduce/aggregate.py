@@ -117,8 +117,6 @@ def parse_overrides(lines: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-
-
 def _job_runs_dir(job_dir: Path, cfg) -> Path:
     """The ledger the job wrote to: its ``paths.runs_dir``, relative to the folder it was started from."""
     from omegaconf import OmegaConf

@@ -140,6 +140,19 @@ def test_render_formats_deltas_and_groups():
     assert "A & 80.00 & 82.25 & +2.25" in tex and "C & 70.00 & -- &" in tex
 
 
+def test_render_shows_a_diverged_value_rather_than_a_blank():
+    """A non-finite metric (a run whose PPL overflowed, a seed spread with one nan run) is printed as such; only a
+    missing value is "–" (not run)."""
+    rows = [RenderedRow("MLE", None, {"test_ppl": 80.0}, {"test_ppl": 82.0}, "complete"),
+            RenderedRow("X", None, {"test_ppl": 90.0}, {"test_ppl": float("inf")}, "complete", extra={"baseline": 0}),
+            RenderedRow("Y", None, {"test_ppl": 85.0}, {"test_ppl": 84.0}, "complete",
+                        extra={"sd": {"test_ppl": float("nan")}, "baseline": 0})]
+    meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m", "generated": "now"}
+    assert "| X | 90.00 | inf | +10.00 | inf |" in to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
+    assert "| Y | 85.00 | 84.00±nan | +5.00 | +2.00 |" in to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
+    assert "| X | 90.00 | inf | inf |" in to_markdown("T", ["test_ppl"], rows, meta, [])
+
+
 def test_render_header_names_every_commit_the_cells_ran_at():
     rows = [RenderedRow("A", None, {"test_ppl": 80.0}, {"test_ppl": 82.25}, "complete")]
     meta = {"source": "S", "scale": "lite", "hardware": "hw", "wall_time": "1m", "generated": "now",
