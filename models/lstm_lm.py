@@ -118,7 +118,10 @@ def _fused_lstm(x, h0, c0, w_ih, w_hh, bias):
         warnings.filterwarnings("ignore", message=".*contiguous chunk of memory.*")
         out, h_n, c_n = torch.lstm(
             x, (h0.unsqueeze(0), c0.unsqueeze(0)), [w_ih, w_hh, bias, torch.zeros_like(bias)],
-            True, 1, 0.0, False, False, False,
+            # train=True whenever autograd records: cuDNN keeps the reserve space its backward needs
+            # ("cudnn RNN backward can only be called in training mode"); with dropout 0 the outputs are
+            # the same either way, and the CPU kernel ignores the flag
+            True, 1, 0.0, torch.is_grad_enabled(), False, False,
         )
     return out, h_n.squeeze(0), c_n.squeeze(0)
 

@@ -75,3 +75,33 @@ def test_bench_runs_on_gpu(tmp_path):
     results = json.loads(out.read_text())["results"]
     assert {r["objective"] for r in results} == {"mle", "cosreg"}
     assert all(r["tokens_per_s"] > 0 and r["peak_mem_gb"] > 0 for r in results)
+
+
+@pytest.mark.parametrize("mask_scale", [True, False])
+def test_vd_lstm_trains_on_gpu_with_the_cpu_gradients(mask_scale):
+    """The VD-LSTM's fused layer (torch.lstm) backward on cuDNN: a train-mode step gives the gradients of
+    the same step on the CPU (same masks: the model's own dropout off, one shared recurrent mask)."""
+    from models.lstm_lm import lstm_layer
+
+    torch.manual_seed(0)
+    T, B, I, H = 7, 3, 5, 6
+    x, h0, c0 = torch.randn(T, B, I), torch.randn(B, H), torch.randn(B, H)
+    w_ih, w_hh, bias = torch.randn(4 * H, I) * 0.3, torch.randn(4 * H, H) * 0.3, torch.randn(4 * H) * 0.1
+    mask = torch.bernoulli(torch.full((B, H), 0.7)) / 0.7
+    grads = {}
+    for dev in ("cpu", "cuda"):
+        ps = [t.detach().clone().to(dev).requires_grad_() for t in (x, w_ih, w_hh, bias)]  # leaves on each device
+        out, h_n, c_n = lstm_layer(ps[0], h0.to(dev), c0.to(dev), ps[1], ps[2], ps[3], recurrent_mask=mask.to(dev),
+                                   mask_scale=1 / 0.7 if mask_scale else None)
+        (out.square().sum() + h_n.sum() + c_n.sum()).backward()
+        grads[dev] = [p.grad.cpu() for p in ps]
+    for g_cpu, g_gpu in zip(grads["cpu"], grads["cuda"]):
+        assert torch.allclose(g_cpu, g_gpu, atol=1e-4, rtol=1e-4)
+
+
+def test_vd_lstm_model_backward_on_gpu():
+    model = build_model(LSTMLMConfig(name="vd", hidden_size=64, dropout=0.5, variational=True), vocab_size=100,
+                        tie_weights=True).cuda().train()
+    out = model(torch.randint(0, 100, (30, 4), device="cuda"), model.init_state(4))
+    model.logits(out.hidden).logsumexp(-1).mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
