@@ -30,6 +30,7 @@ class RunState:
     """Everything besides weights and optimizer state that a checkpoint must restore."""
 
     stage: str = "train"  # train | trained | finetune | finetuned
+    session: int = 1  # the training session (trainer.retrain_sessions: 2, 3, ... restart from the previous best)
     epoch: int = 0  # last completed epoch of the current stage
     best_val: float = math.inf
     best_epoch: int = 0

@@ -187,6 +187,9 @@ class TrainerConfig:
     test_batch_size: int = 1
     early_stopping: int | None = None
     finetune_epochs: int = 0
+    # further training sessions after the first, each restarting the schedule (lr, decay, early stopping, a fresh
+    # optimizer) from the previous session's best weights: Inan et al. (2017) footnote 5 (reproduce/stages.py)
+    retrain_sessions: int = 0
     cache: CacheConfig = field(default_factory=CacheConfig)
     # singular values of the output embedding at every evaluation (I(W) and mean cosine always)
     spectrum: bool = True
@@ -472,6 +475,9 @@ def _check_data_model(cfg: DictConfig) -> None:
             f"dataset.src_lang={d.src_lang!r}, dataset.tgt_lang={d.tgt_lang!r}: a translation corpus needs two different "
             f"languages, e.g. dataset.src_lang=en dataset.tgt_lang=de"
         )
+    if t.get("retrain_sessions", 0) < 0:
+        raise ConfigError(f"trainer.retrain_sessions={t.retrain_sessions} must be >= 0 (0: one training session; "
+                          f"1: Inan et al. 2017's footnote-5 re-training from the first session's best weights)")
     if not 0.0 <= t.label_smoothing < 1.0:
         raise ConfigError(f"trainer.label_smoothing={t.label_smoothing} must be in [0, 1)")
     if t.precision == "bf16" and t.device == "cpu":
@@ -557,12 +563,20 @@ def _drop(container: dict, dotted: str) -> None:
     node.pop(parts[-1], None)
 
 
+# keys added after cells had run: left out of the hash at their default, so that the configs which do not use them
+# keep the hashes (and the ledger entries) they had before the key existed
+HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0}
+
+
 def hashed_view(cfg: DictConfig) -> dict:
-    """The part of a finalized config that defines the experiment (see HASH_EXCLUDED)."""
+    """The part of a finalized config that defines the experiment (see HASH_EXCLUDED, HASH_OMITTED_AT_DEFAULT)."""
     container = OmegaConf.to_container(cfg, resolve=True)
     container.pop("_finalized", None)
     for key in HASH_EXCLUDED:
         _drop(container, key)
+    for key, default in HASH_OMITTED_AT_DEFAULT.items():
+        if OmegaConf.select(cfg, key, default=default) == default:
+            _drop(container, key)
     return container
 
 

@@ -3,16 +3,23 @@
 * **train**: epochs until ``max_epochs``, ``max_updates`` or early stopping; the best-validation weights
   (``best.pt``); NT-ASGD's switch to averaging (:func:`reproduce.optim.nonmonotone_trigger`); the last weights and
   those of the last ``average_last`` epochs for checkpoint averaging;
+* **retrain** (Inan et al. 2017, footnote 5: "Small models were re-trained by initializing to their final
+  configuration from the first training session"): with ``trainer.retrain_sessions`` = K > 0, K more train stages,
+  each from the previous session's best weights (kept as ``best_session<n>.pt``) with the schedule restarted: epoch
+  1's learning rate and decay, a fresh optimizer, early stopping counted anew; the best validation so far starts at
+  the loaded weights' loss, so a session that does not improve leaves ``best.pt`` as it was;
 * **finetune** (AWD-LSTM's finetune.py): ASGD from the best model until the first non-monotone trigger
   (``best_finetune.pt``);
 * **final**: valid/test PPL, the embedding's geometry and the task's extras (group PPL/Uniq, BLEU, word similarity)
   of the chosen weights (averaged, best or last), then of the finetuned weights, then the continuous cache pointer.
 
-``RunState.stage`` says where a resumed run continues: train → trained → finetune → finetuned.
+``RunState.stage`` says where a resumed run continues: train → trained (→ train of session 2 → trained ...) →
+finetune → finetuned; ``RunState.session`` says which training session.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from analysis.metrics import embedding_metrics
@@ -72,6 +79,32 @@ def train_stage(tr) -> None:
         tr.end_epoch(record)
     if s.stage == "train":  # max_epochs reached on resume with nothing left to do
         s.stage = "trained"
+
+
+def session_weights(session: int) -> str:
+    """The best weights of a finished training session (``trainer.retrain_sessions``)."""
+    return f"best_session{session}.pt"
+
+
+def start_next_session(tr) -> None:
+    """Footnote 5 of Inan et al. (2017): a new training session from the last session's best weights, the schedule
+    restarted. Safe to repeat after a stop: the finished session's weights are copied once, and the new session
+    always starts from that copy (a ``best.pt`` that a stopped new session overwrote is not used)."""
+    s, o = tr.state, tr.o
+    done = session_weights(s.session)
+    if not (tr.run_dir / done).exists():
+        tr.load_weights("best.pt")
+        tr.save_weights(done)
+    tr.load_weights(done)
+    tr.save_weights("best.pt")
+    s.session += 1
+    s.stage, s.epoch, s.best_epoch, s.epochs_since_best, s.stopped_early = "train", 0, 0, 0, False
+    s.val_history = []
+    s.best_val = tr.evaluate("valid")["nll"]
+    s.optimizer_name = "sgd" if o.name == "ntasgd" else o.name
+    tr.optimizer = tr.make_optimizer(s.optimizer_name)
+    tr.print(f"repdegen: training session {s.session} of {tr.t.retrain_sessions + 1} from {done} "
+             f"(valid PPL {math.exp(s.best_val):.2f}); the schedule starts over")
 
 
 def finetune_stage(tr) -> None:
@@ -145,7 +178,14 @@ def run_stages(tr) -> dict:
     """Train (or continue) to the end; the metrics of each stage (rank 0's, on every rank)."""
     if tr.state.stage == "train":
         train_stage(tr)
+    sessions = tr.t.get("retrain_sessions", 0) + 1
+    while tr.state.stage == "trained" and tr.state.session < sessions:
+        start_next_session(tr)
+        train_stage(tr)
     stages = {}
+    if sessions > 1:  # each earlier session's own result (Inan 2017 Table 1 small: footnote 5's effect)
+        for n in range(1, sessions):
+            stages[f"session{n}"] = final_metrics(tr, session_weights(n))
     if tr.t.finetune_epochs > 0 and tr.state.stage in ("trained", "finetune"):
         finetune_stage(tr)
     stages["final"] = final_metrics(tr, final_weights(tr))

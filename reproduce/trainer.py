@@ -270,6 +270,8 @@ class Trainer:
     def run_epoch(self, epoch: int) -> dict:
         """Train one epoch of the current stage and validate: the epoch's record."""
         record = {"stage": self.state.stage, "epoch": epoch, **self.train_epoch(epoch)}
+        if self.t.get("retrain_sessions", 0) > 0:
+            record["session"] = self.state.session
         record.update(self.validate())
         self.state.train_seconds += record["epoch_seconds"]
         return record

@@ -1,0 +1,75 @@
+"""trainer.retrain_sessions (Inan et al. 2017, footnote 5): a second training session from the first one's best
+weights, the schedule restarted; both sessions' results recorded; resumable; hashes of other configs unchanged."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from reproduce.config import config_hash, finalize
+from reproduce.errors import ConfigError
+from reproduce.train import train
+
+from .test_train import VD_SMOKE, final_numbers, history_numbers
+
+RETRAIN = (*VD_SMOKE, "scale.max_epochs=3", "optim.lr=1.0", "optim.lr_decay=0.5", "optim.decay_after_epoch=1",
+           "trainer.retrain_sessions=1")
+
+
+def test_second_session_restarts_the_schedule_from_the_first_sessions_best_weights(compose_cfg, tmp_path):
+    rec = train(compose_cfg(*RETRAIN))
+    assert rec["status"] == "complete"
+    hist = rec["history"]
+    # 3 epochs a session; the lr schedule starts over in session 2 (1, 0.5, 0.25 twice)
+    assert [h["session"] for h in hist] == [1, 1, 1, 2, 2, 2]
+    assert [h["lr"] for h in hist] == [1.0, 0.5, 0.25, 1.0, 0.5, 0.25]
+    first = min(h["valid_nll"] for h in hist[:3])
+    m = rec["metrics"]
+    # session 1's own result is its best epoch's weights
+    assert m["session1"]["valid_nll"] == pytest.approx(first, rel=1e-6)
+    assert m["session1"]["weights"] == "best_session1.pt"
+    # the final weights are the best over session 2, which starts at session 1's best: never worse than it
+    best_overall = min([first] + [h["valid_nll"] for h in hist[3:]])
+    assert m["final"]["valid_nll"] == pytest.approx(best_overall, rel=1e-6)
+    assert m["final"]["valid_nll"] <= m["session1"]["valid_nll"] + 1e-9
+    assert m["final"]["test_ppl"] == pytest.approx(math.exp(m["final"]["test_nll"]))
+    run = tmp_path / "out" / "runs" / rec["config_hash"]
+    assert (run / "best_session1.pt").exists()
+
+
+def test_session_two_starts_from_session_ones_best_weights(compose_cfg, tmp_path, monkeypatch):
+    """The weights session 2 trains from are byte-equal to the first session's best (best_session1.pt)."""
+    import reproduce.stages as stages
+
+    seen = {}
+    real = stages.start_next_session
+
+    def spy(tr):
+        real(tr)
+        seen["start"] = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+
+    monkeypatch.setattr(stages, "start_next_session", spy)
+    rec = train(compose_cfg(*RETRAIN))
+    saved = torch.load(tmp_path / "out" / "runs" / rec["config_hash"] / "best_session1.pt", weights_only=False)
+    model_state = saved["model"] if "model" in saved else saved
+    for k, v in seen["start"].items():
+        assert torch.equal(v, model_state[k]), k
+
+
+def test_stopped_in_the_second_session_resumes_to_the_same_result(compose_cfg, tmp_path):
+    straight = train(compose_cfg(*RETRAIN, output_dir=tmp_path / "a"))
+    stopped = train(compose_cfg(*RETRAIN, "trainer.stop_after_epochs=4", output_dir=tmp_path / "b"))
+    assert stopped["status"] == "interrupted" and len(stopped["history"]) == 4
+    resumed = train(compose_cfg(*RETRAIN, "trainer.resume=true", output_dir=tmp_path / "b"))
+    assert final_numbers(resumed) == final_numbers(straight)  # bit-identical on the CPU
+    assert history_numbers(resumed) == history_numbers(straight)
+
+
+def test_retrain_sessions_zero_keeps_the_hash_and_a_negative_count_is_refused(compose_cfg):
+    base = config_hash(finalize(compose_cfg(*VD_SMOKE)))
+    assert base == config_hash(finalize(compose_cfg(*VD_SMOKE, "trainer.retrain_sessions=0")))
+    assert base != config_hash(finalize(compose_cfg(*VD_SMOKE, "trainer.retrain_sessions=1")))
+    with pytest.raises(ConfigError, match="retrain_sessions=-1 must be >= 0"):
+        finalize(compose_cfg(*VD_SMOKE, "trainer.retrain_sessions=-1"))
