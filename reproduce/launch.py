@@ -32,6 +32,7 @@ reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduc
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -136,6 +137,27 @@ def _fmt_seconds(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def epoch_progress(record: dict) -> str | None:
+    """One line on a running cell from its ``result.json`` (rewritten after every epoch): the epoch it finished, of
+    how many, its validation PPL, the time an epoch takes and the time left at most (every epoch up to
+    ``trainer.max_epochs`` in every training session; early stopping may end it sooner). None before the first epoch."""
+    history = [h for h in record.get("history") or [] if h.get("stage", "train") == "train"]
+    if not history:
+        return None
+    trainer = (record.get("config") or {}).get("trainer") or {}
+    max_epochs = int(trainer.get("max_epochs") or 0)
+    sessions = int(trainer.get("retrain_sessions") or 0) + 1
+    last = history[-1]
+    session = int(last.get("session", 1))
+    seconds = [h["epoch_seconds"] + h.get("valid_seconds", 0.0) for h in history if "epoch_seconds" in h]
+    per_epoch = sum(seconds[-5:]) / len(seconds[-5:]) if seconds else 0.0
+    left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs
+    where = f"epoch {last['epoch']}/{max_epochs}" + (f" of session {session}/{sessions}" if sessions > 1 else "")
+    valid = f", valid PPL {last['valid_ppl']:.2f}" if isinstance(last.get("valid_ppl"), (int, float)) else ""
+    early = ", or sooner by early stopping" if trainer.get("early_stopping") is not None else ""
+    return f"{where}{valid} | {_fmt_seconds(per_epoch)} an epoch | at most {_fmt_seconds(left * per_epoch)} left{early}"
+
+
 class Progress:
     """Cells done / running / failed with an ETA: a tqdm bar on a terminal, plus one line per event
     (start, finish, failure with its log path) that a log file keeps."""
@@ -143,6 +165,7 @@ class Progress:
     def __init__(self, jobs: list[Job], slots: int, enabled: bool = True):
         self.jobs, self.slots = jobs, max(1, slots)
         self.start = time.time()
+        self.seen: dict[str, int] = {}  # config hash -> mtime of the result.json last reported (watch)
         # the bar on a terminal only: in a log the event lines below say it all, without redraws
         self.bar = tqdm(total=len(jobs), desc="cells", unit="cell", disable=not enabled or not jobs or not is_terminal(),
                         dynamic_ncols=True, leave=True)
@@ -183,6 +206,24 @@ class Progress:
         if job.status in ("complete", "failed"):
             self.bar.update(1)
         self.refresh()
+
+    def watch(self, job: Job) -> None:
+        """A line when a running cell finishes an epoch (its result.json changed): epoch, valid PPL, ETA."""
+        path = Path(job.cfg_path).parent / "result.json"
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            return
+        if self.seen.get(job.config_hash) == stamp:
+            return
+        self.seen[job.config_hash] = stamp
+        try:
+            line = epoch_progress(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):  # being rewritten, or not a record yet: next time
+            return
+        if line:
+            tqdm.write(f"repdegen:   {job.label} [{job.config_hash}]: {line}", file=sys.stdout)
+            sys.stdout.flush()
 
     def close(self) -> None:
         self.bar.close()
@@ -260,6 +301,8 @@ class LocalScheduler:
                         self._elsewhere(job, progress)
                         continue
                     progress.event(job, EXIT_NAMES.get(job.returncode, "failed"))
+                for h in running:
+                    progress.watch(next(j for j in self.jobs if j.config_hash == h))
                 progress.refresh()
         except KeyboardInterrupt:
             tqdm.write(f"repdegen: interrupted: stopping {len(running)} running cell(s); each writes a checkpoint "

@@ -272,7 +272,9 @@ class Trainer:
         record = {"stage": self.state.stage, "epoch": epoch, **self.train_epoch(epoch)}
         if self.t.get("retrain_sessions", 0) > 0:
             record["session"] = self.state.session
+        start = time.time()
         record.update(self.validate())
+        record["valid_seconds"] = time.time() - start  # the epoch's evaluation (scripts/epoch_vs_bench.py)
         self.state.train_seconds += record["epoch_seconds"]
         return record
 

@@ -309,3 +309,21 @@ def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
         lite = finalize(compose_config(["experiment=yu2022/gpt2_medium_agg", "scale=lite"]))
     assert config_hash(alias) == cell.config_hash
     assert alias.objective.alpha == 0.03 and alias.trainer.gpus == 8 and lite.trainer.gpus == 1
+
+
+def test_epoch_progress_line_of_a_running_cell():
+    """Hand-worked: 2 of 10 epochs done in session 1 of 2, an epoch = 100 s training + 20 s validation, so at most
+    (10 - 2) + 10 epochs x 120 s = 36 min left."""
+    from reproduce.launch import epoch_progress
+
+    record = {"config": {"trainer": {"max_epochs": 10, "retrain_sessions": 1, "early_stopping": 5}},
+              "history": [{"stage": "train", "epoch": e, "session": 1, "valid_ppl": p, "epoch_seconds": 100.0,
+                           "valid_seconds": 20.0} for e, p in ((1, 200.0), (2, 150.0))]}
+    assert epoch_progress(record) == ("epoch 2/10 of session 1/2, valid PPL 150.00 | 2m00s an epoch | at most 36m00s "
+                                      "left, or sooner by early stopping")
+    # one session, no early stopping, records from before valid_seconds existed
+    record = {"config": {"trainer": {"max_epochs": 13}},
+              "history": [{"stage": "train", "epoch": 4, "valid_ppl": 130.0, "epoch_seconds": 60.0},
+                          {"stage": "finetune", "epoch": 1, "valid_ppl": 129.0, "epoch_seconds": 60.0}]}
+    assert epoch_progress(record) == "epoch 4/13, valid PPL 130.00 | 1m00s an epoch | at most 9m00s left"
+    assert epoch_progress({"config": {}, "history": []}) is None

@@ -20,7 +20,7 @@ from reproduce.config import finalize
 from reproduce.train import EXIT_PREEMPTED, load_any_corpus, train
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING = ("epoch_seconds", "tokens_per_s")
+TIMING = ("epoch_seconds", "tokens_per_s", "valid_seconds")
 # AWD-LSTM: variable BPTT lengths (the epoch's draw must be repeated), dropout everywhere (RNG states),
 # NT-ASGD and the finetune stage; 10 columns x ~20 steps: ~15 updates per epoch on the tiny corpus
 AWD = ("experiment=gao2019/awd_lstm_wt2", "scale=smoke", "scale.max_epochs=2", "trainer.batch_size=10",

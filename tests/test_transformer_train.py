@@ -41,7 +41,7 @@ LM = ("model=transformer_lm6", "dataset=wikitext2_bpe", "dataset.bpe_vocab_size=
       "model.n_heads=4", "model.d_ffn=64", "trainer.bptt=16", "trainer.batch_size=4", "trainer.eval_bptt=16",
       "trainer.eval_batch_size=4", "trainer.test_batch_size=4", "trainer.update_freq=2", "optim.warmup_updates=5",
       "trainer.device=cpu")
-TIMING = ("epoch_seconds", "tokens_per_s")
+TIMING = ("epoch_seconds", "tokens_per_s", "valid_seconds")
 
 
 # --------------------------------------------------------------------------------------------------
