@@ -7,8 +7,8 @@
 It reads what was rendered and composes nothing: ``tables/*/*`` as ``reproduce.table`` rendered them (``table.md``,
 ``claims.json`` for the verdicts, ``cells.json``, figures; grouped by paper, titles and claims' wording from
 ``conf/table``), ``figures/*/*`` (with their README/notes), ``bench/*/`` (the JSON as a table of ratios to MLE),
-``sweeps/*.md``, ``sanity/*.md`` and ``NOTES.md`` (hand-written caveats, included verbatim), into one README with a
-table of contents. Tables rendered at no scale are listed as not yet reproduced, with the command that makes them.
+``sweeps/*.md``, ``sanity/*.md``, ``device/*.md`` and ``NOTES.md`` (hand-written caveats, included verbatim), into one
+README with a table of contents. Tables rendered at no scale are listed as not yet reproduced, with the command that makes them.
 
 To bring a ledger's runs into ``results/`` first, render the tables from it (no training; a committed rendering with
 more complete cells than the ledger is kept): ``make rerender`` (``python -m reproduce.table table=all
@@ -464,7 +464,7 @@ def build_readme(results_dir: Path, tables: list[TableInfo], generated: str) -> 
                     page.add(include(d / f, results_dir, 4), "")
             for j in sorted(d.glob("*.json")):
                 page.add(*bench_table(j), "")
-    for folder, title in (("sweeps", "Sweeps"), ("sanity", "Sanity checks")):
+    for folder, title in (("sweeps", "Sweeps"), ("sanity", "Sanity checks"), ("device", "Runs on a lent GPU")):
         docs = sorted((results_dir / folder).glob("*.md"))
         if docs:
             page.heading(2, title)
