@@ -73,7 +73,8 @@ class TableRow:
     # None: a row of other work, shown with the paper's number only
     experiment: str | None = None
     overrides: list[str] = field(default_factory=list)
-    # which stage of the run the numbers come from: final | finetune | cache
+    # which stage of the run the numbers come from: final | finetune | cache | session<n> (a training session before
+    # trainer.retrain_sessions re-trained it)
     stage: str = "final"
     paper: dict[str, Any] = field(default_factory=dict)
     group: str | None = None
@@ -119,6 +120,9 @@ class TableAppConfig:
     # overrides of the training config for every cell. On the command line, arguments that name the
     # training config's keys (trainer.device=cuda, dataset.data_dir=..., logger=wandb) land here.
     overrides: list[str] = field(default_factory=list)
+    # run only these rows' cells ("<group> / <label>", or a label that is unique); the table still renders every row
+    # from the ledger ("–" for a cell not run). E.g. rows='["Small (200 units) / VD-LSTM"]'. None: every row
+    rows: list[str] | None = None
     # render from the ledger without running anything
     render_only: bool = False
     # how the cells run: reproduce/launch.py
@@ -554,6 +558,21 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
         os.close(fd)
 
 
+def selected_cells(app: DictConfig, cells: list[Cell]) -> list[Cell]:
+    """The cells of the rows ``app.rows`` names (every cell when it is unset); a name that is not a row is an error
+    that lists the rows, and a row that does not run at this scale is one that says so."""
+    if app.get("rows") is None:
+        return cells
+    from reproduce.claims import resolve_row
+
+    wanted = {resolve_row(app.table, str(ref), "rows=") for ref in app.rows}
+    idle = [app.table.rows[i].label for i in sorted(wanted) if not runs_at(app.table.rows[i], app.scale.name)]
+    if idle:
+        raise ConfigError(f"rows=: {', '.join(map(repr, idle))} of table {app.table.name}: not run at "
+                          f"scale={app.scale.name} (see the row's scales: in conf/table/{app.table.name}.yaml)")
+    return [c for c in cells if wanted & set(c.rows)]
+
+
 def run_table(app: DictConfig) -> int:
     """Run what is missing and render; return the number of cells that did not complete."""
     return run_tables([app])
@@ -567,7 +586,7 @@ def run_tables(apps: list[DictConfig]) -> int:
     unique: dict[str, Cell] = {}
     tables_of: dict[str, list[str]] = {}
     for app, cells in expanded:
-        for c in cells:
+        for c in selected_cells(app, cells):
             unique.setdefault(c.config_hash, c)
             tables_of.setdefault(c.config_hash, []).append(app.table.name)
     first = apps[0]
@@ -592,7 +611,8 @@ def run_tables(apps: list[DictConfig]) -> int:
             log_table(app.table.name, app.scale.name, rows, list(app.table.columns), out,
                       logger_cfg=OmegaConf.to_container(cells[0].cfg.logger), wandb_dir=app.paths.output_dir)
         unfinished = {c.config_hash for c in cells if not ledger.is_complete(c.config_hash)}
-        not_done |= unfinished
+        # the exit status counts the cells asked for (rows=): the rest stay "–" by request
+        not_done |= unfinished & {c.config_hash for c in selected_cells(app, cells)}
         print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len(unfinished)}"
               f"/{len(cells)} cells complete ({time.time() - start:.0f}s)")
     if len(apps) > 1:

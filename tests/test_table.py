@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,32 @@ def test_every_table_expands_at_every_scale(table, scale, tmp_path):
         for col in app.table.columns:
             assert col in KNOWN_METRICS
     for row in app.table.rows:
-        assert row.paper, f"{table}: row {row.label!r} has no paper numbers"
-        assert row.stage in ("final", "finetune", "cache")
+        # a training session before re-training (Inan 2017 footnote 5) is ours only: the paper reports the last
+        assert row.paper or row.stage.startswith("session"), f"{table}: row {row.label!r} has no paper numbers"
+        assert row.stage in ("final", "finetune", "cache") or re.fullmatch(r"session[1-9]", row.stage)
+
+
+def test_rows_selects_the_cells_to_run_and_names_bad_rows(tmp_path):
+    from reproduce.errors import ConfigError
+    from reproduce.table import selected_cells
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("inan2017_t1", "paper", tmp_path)
+        cells = expand_cells(app)
+        assert selected_cells(app, cells) == cells  # rows unset: every cell
+        app.rows = ["Small (200 units) / VD-LSTM+RE", "Medium (650 units) / VD-LSTM"]
+        chosen = selected_cells(app, cells)
+        labels = {(app.table.rows[i].group, app.table.rows[i].label) for c in chosen for i in c.rows}
+        # the small RE cell also carries its first-session row (the same cell, stage session1)
+        assert labels == {("Small (200 units)", "VD-LSTM+RE"), ("Small (200 units), first session", "VD-LSTM+RE"),
+                          ("Medium (650 units)", "VD-LSTM")}
+        app.rows = ["VD-LSTM"]  # in several groups: the error says to name the group
+        with pytest.raises(ConfigError, match="in several groups"):
+            selected_cells(app, cells)
+        lite = compose_app("inan2017_t1", "lite", tmp_path)
+        lite.rows = ["Medium (650 units) / VD-LSTM"]
+        with pytest.raises(ConfigError, match="not run at scale=lite"):
+            selected_cells(lite, expand_cells(lite))
 
 
 def test_table_cells_dedupe_rows_of_one_run(tmp_path):
