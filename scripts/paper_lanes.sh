@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The CPU queue of issue 27's paper-scale cells, as two lanes of one-thread cells (a 2-core machine runs both):
+#   nohup bash scripts/paper_lanes.sh A > outputs/logs/laneA.log 2>&1 &
+#   nohup bash scripts/paper_lanes.sh B > outputs/logs/laneB.log 2>&1 &
+# Each step is `reproduce.table` with rows=[one row]: a cell complete in the ledger is skipped, a partial one resumes
+# from its last epoch, one that another process trains is waited for (the ledger lock); each step renders the table.
+# A lane stops at the first step that does not complete (the log says why); run it again to continue.
+# AL/REAL small rows are not here: they wait for the weight grid (docs/fidelity.md, Inan 2017), which lane A/B run
+# after their cells: `python -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al|real`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export REPDEGEN_DATA_DIR="${REPDEGEN_DATA_DIR:-$(cd .. && pwd)/shared/data}" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+PYTHON="${PYTHON:-python}"
+row() {  # row <table> <"group / label" or label>
+  echo "== $(date -u +%FT%TZ) $1: $2"
+  "$PYTHON" -m reproduce.table "table=$1" scale=paper "rows=[\"$2\"]" progress=false
+}
+case "${1:-}" in
+  A)
+    row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
+    row inan2017_t1 "Small (200 units) / VD-LSTM+RE"
+    row inan2016_t1 "200 hidden units (keep 0.5)"
+    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al trainer.progress=false
+    ;;
+  B)
+    row inan2017_t1 "Small (200 units) / VD-LSTM"
+    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=real trainer.progress=false
+    ;;
+  *)
+    echo "usage: bash scripts/paper_lanes.sh A|B (two lanes of one-thread paper cells; see the comments)" >&2
+    exit 2
+    ;;
+esac
