@@ -12,11 +12,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
+def _part(record: dict) -> str:
+    """Which part of a run an epoch record belongs to: train (the first session), retrain (a later one), finetune."""
+    if record.get("stage") == "train":
+        return "retrain" if record.get("session", 1) > 1 else "train"
+    return str(record.get("stage"))
+
+
 def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], path: Path, title: str) -> Path | None:
     """Validation PPL against epoch for each run, one panel per group (cf. Inan et al. 2017, Fig. 2).
 
     ``series``: (label, group, history) with history the per-epoch records of a run; the epochs of a
-    finetuning stage continue the axis after the training stage, drawn dashed.
+    finetuning stage continue the axis after the training stage, drawn dashed, and so do those of a re-training
+    session (``trainer.retrain_sessions``: Inan et al. 2017, footnote 5), drawn dotted.
     """
     series = [s for s in series if s[2]]
     if not series:
@@ -28,11 +36,11 @@ def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], pat
             if g != group:
                 continue
             color = f"C{k % 10}"
-            for stage, style in (("train", "-"), ("finetune", "--")):
-                points = [(i + 1, h["valid_ppl"]) for i, h in enumerate(history) if h.get("stage") == stage]
+            for part, style in (("train", "-"), ("retrain", ":"), ("finetune", "--")):
+                points = [(i + 1, h["valid_ppl"]) for i, h in enumerate(history) if _part(h) == part]
                 if points:
                     xs, ys = zip(*points)
-                    ax.plot(xs, ys, style, marker=".", color=color, label=label if stage == "train" else None, lw=1.6)
+                    ax.plot(xs, ys, style, marker=".", color=color, label=label if part == "train" else None, lw=1.6)
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
@@ -40,8 +48,10 @@ def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], pat
         if group:
             ax.set_title(group, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, title="dashed: finetuning" if any(
-            h.get("stage") == "finetune" for _, _, hist in series for h in hist) else None, title_fontsize=7)
+        parts = {_part(h) for _, _, hist in series for h in hist}
+        legend_title = "; ".join(t for p, t in (("retrain", "dotted: re-training"), ("finetune", "dashed: finetuning"))
+                                 if p in parts)
+        ax.legend(fontsize=8, title=legend_title or None, title_fontsize=7)
     fig.suptitle("\n".join(textwrap.wrap(title, width=max(40, 60 * len(groups)))), fontsize=10)
     fig.tight_layout()
     path = Path(path)

@@ -73,3 +73,23 @@ def test_retrain_sessions_zero_keeps_the_hash_and_a_negative_count_is_refused(co
     assert base != config_hash(finalize(compose_cfg(*VD_SMOKE, "trainer.retrain_sessions=1")))
     with pytest.raises(ConfigError, match="retrain_sessions=-1 must be >= 0"):
         finalize(compose_cfg(*VD_SMOKE, "trainer.retrain_sessions=-1"))
+
+
+def test_validation_curves_continue_the_axis_into_the_second_session(tmp_path, monkeypatch):
+    """The re-training session's epochs follow the first session's on the x axis (epochs 4-5 after 1-3), dotted."""
+    import matplotlib.axes
+
+    import analysis.figures as figures
+
+    calls = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(self, xs, ys, style, **kw):
+        calls.append((list(xs), list(ys), style))
+        return real_plot(self, xs, ys, style, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    history = [{"stage": "train", "session": s, "epoch": e, "valid_ppl": p}
+               for s, e, p in ((1, 1, 300.0), (1, 2, 200.0), (1, 3, 150.0), (2, 1, 140.0), (2, 2, 135.0))]
+    assert figures.plot_validation_curves([("MLE", None, history)], tmp_path / "c.png", "t").exists()
+    assert calls == [([1, 2, 3], [300.0, 200.0, 150.0], "-"), ([4, 5], [140.0, 135.0], ":")]
