@@ -20,12 +20,12 @@ case "${1:-}" in
     row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
     row inan2017_t1 "Small (200 units) / VD-LSTM+RE"
     row inan2016_t1 "200 hidden units (keep 0.5)"
-    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al trainer.progress=false
+    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al trainer.progress=false trainer.resume=true
     "$PYTHON" scripts/choose_al_weight.py --objective al --write
     ;;
   B)
     row inan2017_t1 "Small (200 units) / VD-LSTM"
-    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=real trainer.progress=false
+    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=real trainer.progress=false trainer.resume=true
     "$PYTHON" scripts/choose_al_weight.py --objective real --write
     ;;
   *)
