@@ -19,12 +19,14 @@ def _part(record: dict) -> str:
     return str(record.get("stage"))
 
 
-def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], path: Path, title: str) -> Path | None:
+def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], path: Path, title: str,
+                           show_train: bool = False) -> Path | None:
     """Validation PPL against epoch for each run, one panel per group (cf. Inan et al. 2017, Fig. 2).
 
     ``series``: (label, group, history) with history the per-epoch records of a run; the epochs of a
     finetuning stage continue the axis after the training stage, drawn dashed, and so do those of a re-training
-    session (``trainer.retrain_sessions``: Inan et al. 2017, footnote 5), drawn dotted.
+    session (``trainer.retrain_sessions``: Inan et al. 2017, footnote 5), drawn dotted. ``show_train``: the training
+    PPL too, faint, in the same colour and style.
     """
     series = [s for s in series if s[2]]
     if not series:
@@ -41,10 +43,15 @@ def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], pat
                 if points:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, style, marker=".", color=color, label=label if part == "train" else None, lw=1.6)
+                train = [(i + 1, h["train_ppl"]) for i, h in enumerate(history)
+                         if _part(h) == part and isinstance(h.get("train_ppl"), (int, float))]
+                if show_train and train:  # the training PPL, faint: the gap to validation shows overfitting
+                    xs, ys = zip(*train)
+                    ax.plot(xs, ys, style, color=color, alpha=0.35, lw=1.0)
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
-        ax.set_ylabel("validation perplexity")
+        ax.set_ylabel("perplexity: validation (faint: training)" if show_train else "validation perplexity")
         if group:
             ax.set_title(group, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)

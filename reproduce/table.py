@@ -474,7 +474,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
                                                                       claims=claims_latex(verdicts, scale)).encode()))
     multi = len(seeds) > 1
     plot_validation_curves([(r["_row_label"] + (f" (seed {r['_seed']})" if multi else ""), r["_row_group"], r["history"])
-                            for r in records], out / "curves.png", f"{t.title} — scale {scale}")
+                            for r in records], out / "curves.png", f"{t.title} — scale {scale}",
+                           show_train=scale == "paper")
     first = [r for r in records if r.get("_first_seed", True)]
     figures = render_embedding_figures(first, Path(app.paths.runs_dir), out,
                                        f"{t.name} ({scale}" + (f", seed {first[0]['_seed']}" if multi and first else "") + ")")

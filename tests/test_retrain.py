@@ -93,3 +93,10 @@ def test_validation_curves_continue_the_axis_into_the_second_session(tmp_path, m
                for s, e, p in ((1, 1, 300.0), (1, 2, 200.0), (1, 3, 150.0), (2, 1, 140.0), (2, 2, 135.0))]
     assert figures.plot_validation_curves([("MLE", None, history)], tmp_path / "c.png", "t").exists()
     assert calls == [([1, 2, 3], [300.0, 200.0, 150.0], "-"), ([4, 5], [140.0, 135.0], ":")]
+    # at paper the training PPL is drawn too, in the same style, where the records have it
+    calls.clear()
+    for h, t in zip(history, (400.0, 180.0, 120.0, 110.0, 100.0)):
+        h["train_ppl"] = t
+    figures.plot_validation_curves([("MLE", None, history)], tmp_path / "d.png", "t", show_train=True)
+    assert calls == [([1, 2, 3], [300.0, 200.0, 150.0], "-"), ([1, 2, 3], [400.0, 180.0, 120.0], "-"),
+                     ([4, 5], [140.0, 135.0], ":"), ([4, 5], [110.0, 100.0], ":")]
