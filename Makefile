@@ -9,11 +9,12 @@ ARGS ?=
 # Corpora: a local directory laid out like ../shared/data, else the Hugging Face hub.
 export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
 
-.PHONY: install test test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate rerender report
+.PHONY: install test test-fast test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate rerender report
 
 help:
 	@echo "make install                               install repdegen (editable) and its dependencies"
-	@echo "make test                                  fast test suite (CPU, minutes)"
+	@echo "make test                                  the test suite, both tiers (CPU, ~10 min on 2 cores; what CI runs)"
+	@echo "make test-fast                             the fast tier: no end-to-end tests (while cells train)"
 	@echo "make test-slow                             real-corpus tests (PTB/WikiText-2 from REPDEGEN_DATA_DIR)"
 	@echo "make reproduce-table TABLE=... SCALE=...   regenerate a paper table (smoke | lite | paper)"
 	@echo "make lint                                  ruff"
@@ -30,6 +31,10 @@ install:
 
 test:
 	$(PYTHON) -m pytest -q
+
+# the fast tier: everything but the end-to-end tests (subprocesses, training through the entry points)
+test-fast:
+	$(PYTHON) -m pytest -q -m "not slow and not gpu and not e2e"
 
 test-slow:
 	$(PYTHON) -m pytest -q -m slow

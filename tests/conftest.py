@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 from pathlib import Path
@@ -69,3 +70,25 @@ def compose_cfg(tmp_path, tiny_data):
 def requires_real_data(*names: str):
     missing = [n for n in names if not (REAL_DATA / n).is_dir()]
     return pytest.mark.skipif(bool(missing), reason=f"real corpora not found under {REAL_DATA} (set REPDEGEN_DATA_DIR)")
+
+
+# The two test tiers (`make test-fast` while cells train; `make test`, what CI runs, is both): a test is end to end
+# (marker e2e) when it starts subprocesses or trains through the entry points, which is read from its own source.
+# A test that trains through a helper of its module can say so with @pytest.mark.e2e.
+E2E_PATTERNS = ("subprocess.", "run_table(", "run_tables(", "= train(", "train(compose_cfg", "train(cfg", "bench.main(",
+                "reproduce.launch", "torch.distributed.run")
+
+
+def is_end_to_end(fn) -> bool:
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return any(p in source for p in E2E_PATTERNS)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is not None and is_end_to_end(fn):
+            item.add_marker(pytest.mark.e2e)

@@ -5,12 +5,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import golden_configs  # noqa: E402
 
 
+@pytest.mark.e2e  # composes every cell of every table at every scale (minutes)
 def test_every_cell_config_equals_the_golden_files():
     index, views = golden_configs.collect()
     problems = golden_configs.check(index, views)

@@ -147,6 +147,7 @@ def exact(hyps: list[str], refs: list[str]) -> float:
     return sum(h == r for h, r in zip(hyps, refs)) / len(refs)
 
 
+@pytest.mark.e2e  # its fixture trains the copy task (about 100 s on 2 busy cores)
 def test_copy_task_is_learned(copy_run, copy_corpus):
     from reproduce.translate import load_translator, translate_lines
 
