@@ -90,7 +90,7 @@ def start_next_session(tr) -> None:
     """Footnote 5 of Inan et al. (2017): a new training session from the last session's best weights, the schedule
     restarted. Safe to repeat after a stop: the finished session's weights are copied once, and the new session
     always starts from that copy (a ``best.pt`` that a stopped new session overwrote is not used)."""
-    s, o = tr.state, tr.o
+    s = tr.state
     done = session_weights(s.session)
     if not (tr.run_dir / done).exists():
         tr.load_weights("best.pt")
@@ -101,7 +101,7 @@ def start_next_session(tr) -> None:
     s.stage, s.epoch, s.best_epoch, s.epochs_since_best, s.stopped_early = "train", 0, 0, 0, False
     s.val_history = []
     s.best_val = tr.evaluate("valid")["nll"]
-    s.optimizer_name = "sgd" if o.name == "ntasgd" else o.name
+    s.optimizer_name = tr.first_optimizer_name()
     tr.optimizer = tr.make_optimizer(s.optimizer_name)
     tr.print(f"repdegen: training session {s.session} of {tr.t.retrain_sessions + 1} from {done} "
              f"(valid PPL {math.exp(s.best_val):.2f}); the schedule starts over")

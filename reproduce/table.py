@@ -584,10 +584,11 @@ def run_tables(apps: list[DictConfig]) -> int:
     runs once), then render each table; return the number of cells that did not complete."""
     start = time.time()
     expanded = [(app, expand_cells(app)) for app in apps]
+    asked = [{c.config_hash: c for c in selected_cells(app, cells)} for app, cells in expanded]
     unique: dict[str, Cell] = {}
     tables_of: dict[str, list[str]] = {}
-    for app, cells in expanded:
-        for c in selected_cells(app, cells):
+    for (app, _), chosen in zip(expanded, asked):
+        for c in chosen.values():
             unique.setdefault(c.config_hash, c)
             tables_of.setdefault(c.config_hash, []).append(app.table.name)
     first = apps[0]
@@ -603,7 +604,7 @@ def run_tables(apps: list[DictConfig]) -> int:
             print(f"repdegen: {len(apps)} tables at scale {first.scale.name}: {', '.join(a.table.name for a in apps)}")
         run_status = run_cells(list(unique.values()), ledger, first, tables_of)
     not_done: set[str] = set()
-    for app, cells in expanded:
+    for (app, cells), chosen in zip(expanded, asked):
         rendered = render_latest(app, cells, ledger, run_status)
         if rendered is not None and cells and cells[0].cfg.logger.name == "wandb":  # one more wandb run: the table
             out, rows = rendered
@@ -613,7 +614,7 @@ def run_tables(apps: list[DictConfig]) -> int:
                       logger_cfg=OmegaConf.to_container(cells[0].cfg.logger), wandb_dir=app.paths.output_dir)
         unfinished = {c.config_hash for c in cells if not ledger.is_complete(c.config_hash)}
         # the exit status counts the cells asked for (rows=): the rest stay "–" by request
-        not_done |= unfinished & {c.config_hash for c in selected_cells(app, cells)}
+        not_done |= unfinished & set(chosen)
         print(f"repdegen: table {app.table.name} at scale {app.scale.name}: {len(cells) - len(unfinished)}"
               f"/{len(cells)} cells complete ({time.time() - start:.0f}s)")
     if len(apps) > 1:

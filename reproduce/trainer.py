@@ -53,7 +53,7 @@ class Trainer:
             specials = [corpus.vocab.stoi[s] for s in SPECIAL_SYMBOLS if s in corpus.vocab.stoi]
             objective.setup(updates_per_epoch=self.task.updates_per_epoch(), special_ids=specials,
                             train_counts=corpus.vocab.counts, model=model)
-        self.state = RunState(optimizer_name="sgd" if self.o.name == "ntasgd" else self.o.name)
+        self.state = RunState(optimizer_name=self.first_optimizer_name())
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
         self.on_epoch_end = None  # callback(state), on rank 0, used by train.py to update result.json
         self._mid_epoch: dict | None = None  # a mid-epoch checkpoint's progress, for train_epoch to continue
@@ -67,6 +67,10 @@ class Trainer:
         return self._mid_epoch is not None
 
     # ---------------------------------------------------------------------------------------------
+    def first_optimizer_name(self) -> str:
+        """The optimizer a training session starts with (NT-ASGD starts as SGD and switches later)."""
+        return "sgd" if self.o.name == "ntasgd" else self.o.name
+
     def make_optimizer(self, name: str):
         return optim.make_optimizer(name, self.params, self.o, self.device)
 

@@ -13,7 +13,6 @@ it). ``--write`` writes results/sweeps/inan2017_<objective>_weight.md. Exit stat
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -58,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default="outputs/runs")
     p.add_argument("--write", action="store_true")
     args = p.parse_args(argv)
+    from reproduce.ledger import Ledger
+
     hashes = grid_hashes(args.objective, args.runs_dir)
+    ledger = Ledger(args.runs_dir, repair=False)  # read only: a corrupt record is an error naming the file
     rows, ppl = [], {}
     for key, h in hashes.items():
-        path = Path(args.runs_dir) / h / "result.json"
-        rec = json.loads(path.read_text()) if path.is_file() else {}
+        rec = ledger.load(h) or {}
         hist = [e for e in rec.get("history", []) if e.get("stage") == "train"]
         at = next((e["valid_ppl"] for e in hist if e["epoch"] == EPOCH), None)
         if at is not None:
