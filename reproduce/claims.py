@@ -16,14 +16,20 @@ Relations: ``lower`` / ``higher`` (row's metric below / above than's), ``ratio_a
 ``below`` (row's metric above / below the constant value). A row is named by its label, or by
 ``"<group> / <label>"`` where a label is in several groups.
 
-**The decision rule.** A table runs each row with the same seeds (``seeds:`` per scale). A check is
-evaluated per seed, on the paired values of the two rows for that seed, and **holds only when it
-holds for every seed** (all seeds agree); with one seed that is the single comparison. A claim holds
-when all its checks hold (✓), fails when one does not (✗), and is not decided (–) while any cell it
-needs is not complete at that scale (not run, unfinished, failed) or a value is not finite. Seeds and
-claims are fixed in the table config before a run; every seed is reported (mean ± sd and the count
-of seeds that agree). The same claims are also evaluated on the paper's own numbers (where the paper
-reports the metric), as a check on the transcription.
+**The decision rule (docs/claims.md).** A table runs each row with the same seeds (``seeds:`` per scale).
+A check turns each seed's paired values into a signed difference d in the claim's direction (``lower``:
+than − row; ``ratio_at_least``: (row/than − value)·|than|; ``within``: value·|than| − |row − than|; ...).
+Every check has a **tie margin** M, fixed before the run: the larger of its stated margin (``margin``, a
+fraction of the compared value; ``margin_abs``, in the metric's units; defaults per metric family in
+``DEFAULT_MARGINS``) and the seed sd of the row it is compared with. The check **holds** (✓) when the mean
+of d over the seeds exceeds M and every seed's d is positive, **fails** (✗) when the mean is below −M and
+every seed's d is negative, and is a **tie** (≈) otherwise: inside the margin, or seeds that disagree.
+A claim holds when all its checks hold, fails when one fails, is a tie when none fails and one ties, and
+is not decided (–) while a cell it needs is not complete at that scale (not run, unfinished, failed) or
+a value is not finite. Seeds, claims and margins are fixed in the table config before a run (the
+rendering tells when they were edited after: reproduce/registration.py); every seed is reported. The
+same claims are also evaluated on the paper's own numbers (the stated margin only), as a check on the
+transcription.
 """
 
 from __future__ import annotations
@@ -43,10 +49,37 @@ NEEDS_VALUE = ("ratio_at_least", "ratio_at_most", "within", "above", "below")
 ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos")
 LM_RECORDED = ("uniq", "cos_rare_frequent",
                *(f"{m}_{g}" for m in ("ppl", "uniq", "isotropy") for g in ("frequent", "medium", "rare")))
-HOLDS, FAILS, UNDECIDED = "holds", "fails", "undecided"
-MARK = {HOLDS: "✓", FAILS: "✗", UNDECIDED: "–"}
-RULE = ("a check holds when it holds for every seed (paired by seed); a claim holds when all its checks hold; "
-        "– = a cell it needs is not complete at this scale")
+HOLDS, FAILS, TIE, UNDECIDED = "holds", "fails", "tie", "undecided"
+MARK = {HOLDS: "✓", FAILS: "✗", TIE: "≈", UNDECIDED: "–"}
+RULE = ("a check holds when the mean paired difference in the claim's direction exceeds its margin and every seed "
+        "agrees, fails when it is beyond the margin the other way with every seed, and is a tie (≈) otherwise; the "
+        "margin is the larger of the stated one and the compared row's seed sd; a claim holds when all its checks "
+        "hold; – = a cell it needs is not complete at this scale")
+
+# The stated tie margin of a check whose config gives none, by metric family: (relative, absolute). A relative
+# margin is a fraction of the compared value (|than|, |value·than| for ratios, |value| for constants).
+DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
+    "ppl": (0.01, 0.0),          # 1 % of the compared PPL
+    "isotropy": (0.05, 0.0),     # 5 % of the compared I(W)
+    "cos": (0.0, 0.01),          # cosines: 0.01 absolute (a relative margin of a value near 0 is none)
+    "bleu": (0.0, 0.3),          # 0.3 BLEU
+    "uniq": (0.02, 0.0),         # 2 % of the compared count of unique tokens
+    "rho": (0.0, 0.02),          # word similarity (Spearman's rho x 100 or x 1): 0.02 absolute
+    "params": (0.0, 0.0),        # parameter counts are exact
+}
+
+
+def default_margin(metric: str) -> tuple[float, float] | None:
+    """(relative, absolute) stated margin of a metric without one in its check; None when no family matches."""
+    m = metric.lower()
+    if m == "params":
+        return DEFAULT_MARGINS["params"]
+    for family in ("ppl", "isotropy", "cos", "bleu", "uniq"):
+        if family in m:
+            return DEFAULT_MARGINS[family]
+    if any(k in m for k in ("rho", "ws353", "rg65", "simlex", "men", "rw", "wordsim", "mturk")):
+        return DEFAULT_MARGINS["rho"]
+    return None
 
 
 @dataclass
@@ -56,6 +89,11 @@ class ClaimCheck:
     relation: str = MISSING
     than: str | None = None
     value: float | None = None
+    # the tie margin: a fraction of the compared value, and/or an absolute amount in the metric's units
+    # (None: DEFAULT_MARGINS for the metric's family); the effective margin is also at least the compared
+    # row's seed sd
+    margin: float | None = None
+    margin_abs: float | None = None
 
 
 @dataclass
@@ -67,6 +105,17 @@ class Claim:
     # the scales at which the claim is meaningful (None: every scale); e.g. a comparison with another
     # paper's number holds only at the papers' settings: scales: [paper]. Elsewhere it shows "–".
     scales: list[str] | None = None
+    # scales at which the claim cannot be decided, each with the measured reason ("the paper's BLEU difference,
+    # 0.3, is below our seed sd of 0.5 at lite"); rendered n/a with that reason
+    na: dict[str, str] | None = None
+
+
+def stated_margin(check) -> tuple[float, float]:
+    """(relative, absolute) margin a check states, or its metric's default."""
+    rel, ab = getattr(check, "margin", None), getattr(check, "margin_abs", None)
+    if rel is None and ab is None:
+        rel, ab = default_margin(check.metric) or (None, None)
+    return float(rel or 0.0), float(ab or 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,6 +186,12 @@ def validate_claims(table, scales: list[str]) -> None:
         for scale in claim.get("scales") or []:
             if scale not in scales:
                 raise ConfigError(f"table {name}: {what} has scales [{scale!r}]; scales are {', '.join(scales)}")
+        for scale, reason in (claim.get("na") or {}).items():
+            if scale not in scales:
+                raise ConfigError(f"table {name}: {what} has na.{scale}; scales are {', '.join(scales)}")
+            if not str(reason or "").strip():
+                raise ConfigError(f"table {name}: {what} has na.{scale} without a reason; give the measured reason "
+                                  f"why {scale} cannot decide it")
         for check in claim.checks:
             if check.relation not in RELATIONS:
                 raise ConfigError(f"table {name}: {what} has relation={check.relation!r}; expected one of "
@@ -159,27 +214,61 @@ def validate_claims(table, scales: list[str]) -> None:
                                   f"drop than={check.than!r}")
             if check.relation in NEEDS_VALUE and check.value is None:
                 raise ConfigError(f"table {name}: {what}: relation {check.relation} needs value=<number>")
+            for key in ("margin", "margin_abs"):
+                v = check.get(key)
+                if v is not None and not (math.isfinite(v) and v >= 0):
+                    raise ConfigError(f"table {name}: {what}: {key}={v!r}; expected a finite number >= 0 (a relative "
+                                      f"margin is a fraction: 0.01 = 1 %)")
+            if check.get("margin") is not None and check.margin >= 1:
+                raise ConfigError(f"table {name}: {what}: margin={check.margin!r} is a fraction of the compared value; "
+                                  f"expected < 1 (0.01 = 1 %); an amount in the metric's units is margin_abs")
+            if check.get("margin") is None and check.get("margin_abs") is None and default_margin(check.metric) is None:
+                raise ConfigError(f"table {name}: {what}: the metric {check.metric!r} has no default tie margin; give "
+                                  f"margin=<fraction> or margin_abs=<amount> in the check")
 
 
 # --------------------------------------------------------------------------------------------------
 # evaluation
 # --------------------------------------------------------------------------------------------------
-def _holds(relation: str, a: float, b: float | None, value: float | None) -> bool:
+def signed_difference(relation: str, a: float, b: float | None, value: float | None) -> float:
+    """How far the row's value ``a`` is on the claim's side (> 0) of the comparison with ``b`` (the compared
+    row's value) or the constant ``value``, in the metric's units."""
     if relation == "lower":
-        return a < b
+        return b - a
     if relation == "higher":
-        return a > b
+        return a - b
     if relation == "ratio_at_least":
-        return a / b >= value
+        return (a / b - value) * abs(b)
     if relation == "ratio_at_most":
-        return a / b <= value
+        return (value - a / b) * abs(b)
     if relation == "within":
-        return abs(a / b - 1.0) <= value
+        return value * abs(b) - abs(a - b)
     if relation == "above":
-        return a > value
+        return a - value
     if relation == "below":
-        return a < value
+        return value - a
     raise ValueError(relation)
+
+
+def margin_reference(relation: str, b: float | None, value: float | None) -> float:
+    """The value a relative margin is a fraction of: the compared row's value (times the ratio for ratios), or
+    the constant."""
+    if relation in ("above", "below"):
+        return abs(value)
+    if relation.startswith("ratio"):
+        return abs(value * b)
+    return abs(b)
+
+
+def decide(differences: list[float], margin: float) -> str:
+    """The rule: ✓ when the mean difference exceeds the margin and every seed is on the claim's side, ✗ when
+    it is below −margin and every seed is on the other side, ≈ (a tie) otherwise."""
+    mean = statistics.fmean(differences)
+    if mean > margin and all(d > 0 for d in differences):
+        return HOLDS
+    if mean < -margin and all(d < 0 for d in differences):
+        return FAILS
+    return TIE
 
 
 def _finite(v) -> bool:
@@ -193,10 +282,14 @@ class CheckResult:
     seeds: list = field(default_factory=list)
     row_values: list[float] = field(default_factory=list)   # ours, per seed (paired with than_values)
     than_values: list[float] = field(default_factory=list)
-    agree: int = 0
+    agree: int = 0                                          # seeds whose difference is on the claim's side
+    difference: float | None = None                         # mean signed difference (claim's side > 0)
+    margin: float | None = None                             # the effective margin
     paper_row: float | None = None
     paper_than: float | None = None
     paper_state: str = UNDECIDED
+    paper_difference: float | None = None
+    paper_margin: float | None = None
     reason: str = ""
 
 
@@ -206,6 +299,20 @@ class Verdict:
     state: str
     checks: list[CheckResult]
     paper_state: str
+    registration: str = ""                                  # "" or why the verdict is not a pre-registered one
+
+
+def effective_margin(check: ClaimCheck, row_values: list[float], than_values: list[float]) -> float:
+    """The larger of the stated margin (relative to the mean compared value, and absolute) and the seed sd of
+    the compared row (of the row itself for a constant), scaled like the difference."""
+    rel, ab = stated_margin(check)
+    b = statistics.fmean(than_values) if than_values else None
+    stated = max(rel * margin_reference(check.relation, b, check.value), ab)
+    spread_of = than_values if check.relation in PAIRWISE else row_values
+    sd = statistics.stdev(spread_of) if len(spread_of) > 1 else 0.0
+    if check.relation.startswith("ratio"):
+        sd *= abs(check.value)
+    return max(stated, sd)
 
 
 def evaluate_check(check: ClaimCheck, row: int, than: int | None, ours: dict[int, dict], seeds: list,
@@ -216,11 +323,14 @@ def evaluate_check(check: ClaimCheck, row: int, than: int | None, ours: dict[int
     p_a, p_b = paper.get(row, {}).get(check.metric), (paper.get(than, {}).get(check.metric) if than is not None else None)
     res.paper_row, res.paper_than = p_a, p_b
     if _finite(p_a) and (than is None or _finite(p_b)):
-        res.paper_state = HOLDS if _holds(check.relation, p_a, p_b, check.value) else FAILS
+        res.paper_difference = signed_difference(check.relation, p_a, p_b, check.value)
+        res.paper_margin = effective_margin(check, [p_a], [p_b] if than is not None else [])
+        res.paper_state = decide([res.paper_difference], res.paper_margin)
     for role, i in (("row", row), ("than", than)):
         if i is not None and not ours.get(i):
             res.reason = f"its {role} is not run at this scale"
             return res
+    differences = []
     for s in seeds:
         a_rec = ours.get(row, {}).get(s)
         b_rec = ours.get(than, {}).get(s) if than is not None else {}
@@ -234,11 +344,14 @@ def evaluate_check(check: ClaimCheck, row: int, than: int | None, ours: dict[int
         res.row_values.append(float(a))
         if than is not None:
             res.than_values.append(float(b))
-        res.agree += _holds(check.relation, float(a), None if b is None else float(b), check.value)
+        differences.append(signed_difference(check.relation, float(a), None if b is None else float(b), check.value))
     if not seeds:
         res.reason = "no seed"
         return res
-    res.state = HOLDS if res.agree == len(seeds) else FAILS
+    res.agree = sum(d > 0 for d in differences)
+    res.difference = statistics.fmean(differences)
+    res.margin = effective_margin(check, res.row_values, res.than_values)
+    res.state = decide(differences, res.margin)
     return res
 
 
@@ -247,13 +360,14 @@ def evaluate_claims(table, ours: dict[int, dict], seeds: list, paper: dict[int, 
     verdicts = []
     for claim in table.get("claims") or []:
         results = []
-        meaningful = scale is None or claim.get("scales") is None or scale in claim.scales
+        na = (claim.get("na") or {}).get(scale) if scale is not None else None
+        meaningful = (scale is None or claim.get("scales") is None or scale in claim.scales) and na is None
         for check in claim.checks:
             row = resolve_row(table, check.row, "a claim")
             than = resolve_row(table, check.than, "a claim") if check.than is not None else None
             result = evaluate_check(check, row, than, ours if meaningful else {}, seeds, paper)
             if not meaningful:
-                result.reason = f"meaningful at {', '.join(claim.scales)} only"
+                result.reason = f"n/a at {scale}: {na}" if na else f"meaningful at {', '.join(claim.scales)} only"
             results.append(result)
         verdicts.append(Verdict(claim, _combine([r.state for r in results]), results,
                                 _combine([r.paper_state for r in results])))
@@ -263,7 +377,11 @@ def evaluate_claims(table, ours: dict[int, dict], seeds: list, paper: dict[int, 
 def _combine(states: list[str]) -> str:
     if any(s == FAILS for s in states):  # one failing check decides: all must hold
         return FAILS
-    return HOLDS if states and all(s == HOLDS for s in states) else UNDECIDED
+    if states and all(s == HOLDS for s in states):
+        return HOLDS
+    if any(s == UNDECIDED for s in states):
+        return UNDECIDED
+    return TIE if states else UNDECIDED
 
 
 # --------------------------------------------------------------------------------------------------
@@ -300,6 +418,14 @@ def _relation_words(check: ClaimCheck) -> str:
     return words[check.relation]
 
 
+def _fmt_amount(x: float | None, signed: bool = True) -> str:
+    """A difference or margin, to 2 significant digits (3 from 100 up)."""
+    if x is None:
+        return "–"
+    digits = 3 if abs(x) >= 100 else 2
+    return f"{x:+.{digits}g}" if signed else f"{x:.{digits}g}"
+
+
 def describe_check(r: CheckResult) -> tuple[str, str, str]:
     """(what is checked, the paper's values, ours) of one check, as text."""
     from analysis.render import COLUMN_LABELS, _fmt
@@ -318,8 +444,9 @@ def describe_check(r: CheckResult) -> tuple[str, str, str]:
     else:
         paper = _fmt(r.paper_row, m) if r.paper_row is not None else "–"
         ours = mean_sd(r.row_values, m) if r.row_values else "–"
-    if r.state != UNDECIDED and len(r.seeds) > 1:
-        ours += f" ({r.agree}/{len(r.seeds)} seeds)"
+    if r.state != UNDECIDED and r.difference is not None:
+        ours += f" [{_fmt_amount(r.difference)} vs margin {_fmt_amount(r.margin, signed=False)}"
+        ours += f"; {r.agree}/{len(r.seeds)} seeds]" if len(r.seeds) > 1 else "]"
     elif r.state == UNDECIDED and r.reason and ours == "–":
         ours += f" ({r.reason})"
     return what, paper, ours
@@ -331,45 +458,86 @@ def verdict_record(v: Verdict) -> dict:
     for r in v.checks:
         what, paper, ours = describe_check(r)
         checks.append({"metric": r.check.metric, "row": r.check.row, "relation": r.check.relation, "than": r.check.than,
-                       "value": r.check.value, "state": r.state, "paper_state": r.paper_state, "seeds": r.seeds,
+                       "value": r.check.value, "margin": stated_margin(r.check)[0],
+                       "margin_abs": stated_margin(r.check)[1], "effective_margin": r.margin, "difference": r.difference,
+                       "state": r.state, "paper_state": r.paper_state, "seeds": r.seeds,
                        "ours_row": r.row_values, "ours_than": r.than_values, "agree": r.agree,
                        "paper_row": r.paper_row, "paper_than": r.paper_than, "what": what, "paper": paper, "ours": ours,
                        "reason": r.reason})
     return {"text": v.claim.text, "source": v.claim.source, "quote": v.claim.quote, "state": v.state,
-            "mark": MARK[v.state], "paper_state": v.paper_state, "checks": checks}
+            "mark": verdict_mark(v), "shown": shown_state(v), "paper_state": v.paper_state,
+            "registration": v.registration or None, "checks": checks}
+
+
+def verdict_mark(v: Verdict) -> str:
+    """✓ ✗ ≈ –, or ⚠ when the claim or a cell's config changed after its cells ran (no verdict)."""
+    return "⚠" if v.registration else MARK[v.state]
 
 
 def _scale_caveat(scale: str) -> str:
     return " — **not meaningful at smoke** (plumbing-sized runs)" if scale == "smoke" else ""
 
 
+CHANGED, NA = "changed", "n/a"
+
+
+def _off_scale(v: Verdict) -> str | None:
+    """Why a claim is not decidable at this scale (its rows or settings are not run here, or it is marked n/a)."""
+    if v.state != UNDECIDED:
+        return None
+    return next((r.reason for r in v.checks if "not run at this scale" in r.reason or "meaningful at" in r.reason
+                 or r.reason.startswith("n/a at")), None)
+
+
+def shown_state(v: Verdict) -> str:
+    """What a verdict counts as: changed after run (⚠), n/a at this scale, or its state."""
+    if _off_scale(v):
+        return NA
+    return CHANGED if v.registration else v.state
+
+
+def tally(verdicts: list[Verdict]) -> dict[str, int]:
+    counts = {k: 0 for k in (HOLDS, FAILS, TIE, UNDECIDED, CHANGED, NA)}
+    for v in verdicts:
+        counts[shown_state(v)] += 1
+    return counts
+
+
+def tally_words(counts: dict[str, int]) -> str:
+    decidable = sum(counts.values()) - counts[NA]
+    parts = [f"{counts[HOLDS]} ✓", f"{counts[FAILS]} ✗", f"{counts[TIE]} ≈ (ties)", f"{counts[UNDECIDED]} –"]
+    if counts[CHANGED]:
+        parts.append(f"{counts[CHANGED]} ⚠ changed after run")
+    return f"{', '.join(parts)} of {decidable} decidable" + (f" ({counts[NA]} n/a at this scale)" if counts[NA] else "")
+
+
 def claims_markdown(verdicts: list[Verdict], source: str, scale: str, seeds: list) -> list[str]:
     if not verdicts:
         return []
     n = len(seeds)
-    shown = sum(v.state == HOLDS for v in verdicts)
-    off = sum(any("not run at this scale" in r.reason or "meaningful at" in r.reason for r in v.checks)
-              and v.state == UNDECIDED for v in verdicts)
     head = f"### Claims ({source}){_scale_caveat(scale)}"
     seed_text = ", ".join("preset's" if s is None else str(s) for s in seeds)
     lines = [head, "",
-             f"{shown} of {len(verdicts) - off} claims decidable at `{scale}` hold"
-             + (f" ({off} more need rows or settings this scale does not run)" if off else "")
-             + f"; {n} seed{'s' if n != 1 else ''} ({seed_text}). Rule: {RULE}.", "",
-             f"| | Claim | Paper | Ours ({n} seed{'s' if n != 1 else ''}, mean±sd) |", "|---|---|---|---|"]
+             f"At `{scale}`: {tally_words(tally(verdicts))}; {n} seed{'s' if n != 1 else ''} ({seed_text}). "
+             f"Rule: {RULE}. ⚠: the claim, its margin, the seeds or a cell's config changed after its cells ran "
+             f"(no verdict until they run again).", "",
+             f"| | Claim | Paper | Ours ({n} seed{'s' if n != 1 else ''}, mean±sd) [Δ in the claim's direction vs "
+             f"margin] |", "|---|---|---|---|"]
     for v in verdicts:
         parts = [describe_check(r) for r in v.checks]
         claim = f"{v.claim.text} ({v.claim.source})"
-        off_scale = next((r.reason for r in v.checks if "not run at this scale" in r.reason or "meaningful at" in r.reason), None)
-        if off_scale and v.state == UNDECIDED:
+        mark = verdict_mark(v)
+        off_scale = _off_scale(v)
+        note = f"<br>⚠ {v.registration}" if v.registration else ""
+        if off_scale:
             paper = "<br>".join(p[1] for p in parts)
-            lines.append(f"| {MARK[v.state]} | {claim} | {paper} | – ({off_scale}) |")
+            lines.append(f"| {'n/a' if off_scale.startswith('n/a') else mark} | {claim} | {paper} | – ({off_scale}) |")
         elif len(parts) == 1:
-            lines.append(f"| {MARK[v.state]} | {claim} | {parts[0][1]} | {parts[0][2]} |")
+            lines.append(f"| {mark} | {claim} | {parts[0][1]} | {parts[0][2]}{note} |")
         else:
             paper = "<br>".join(f"{p[0]}: {p[1]}" for p in parts)
             ours = "<br>".join(f"{p[0]}: {p[2]}" for p in parts)
-            lines.append(f"| {MARK[v.state]} | {claim} | {paper} | {ours} |")
+            lines.append(f"| {mark} | {claim} | {paper} | {ours}{note} |")
     quotes = list(dict.fromkeys((v.claim.source, v.claim.quote.strip()) for v in verdicts if v.claim.quote))
     if quotes:
         lines += ["", "The paper's words:", ""] + [f"- {src}: “{q.strip()}”" for src, q in quotes]
@@ -381,7 +549,8 @@ def claims_latex(verdicts: list[Verdict], scale: str) -> list[str]:
 
     if not verdicts:
         return []
-    mark = {HOLDS: r"\checkmark", FAILS: r"$\times$", UNDECIDED: "--"}
+    mark = {HOLDS: r"\checkmark", FAILS: r"$\times$", TIE: r"$\approx$", UNDECIDED: "--", CHANGED: "(changed)",
+            NA: "n/a"}
     lines = [r"\begin{table}[t]", r"\centering",
              rf"\caption{{Claims (scale: {_tex_escape(scale)}){' --- not meaningful at smoke' if scale == 'smoke' else ''}}}",
              r"\begin{tabular}{clll}", r"\toprule", r" & Claim & Paper & Ours \\", r"\midrule"]
@@ -389,7 +558,7 @@ def claims_latex(verdicts: list[Verdict], scale: str) -> list[str]:
         parts = [describe_check(r) for r in v.checks]
         paper = "; ".join(p[1] for p in parts).replace("→", r"$\to$").replace("±", r"$\pm$").replace("×", r"$\times$")
         ours = "; ".join(p[2] for p in parts).replace("→", r"$\to$").replace("±", r"$\pm$").replace("×", r"$\times$")
-        lines.append(f"{mark[v.state]} & {_tex_escape(v.claim.text)} & {_tex_escape(paper)} & {_tex_escape(ours)} \\\\"
+        lines.append(f"{mark[shown_state(v)]} & {_tex_escape(v.claim.text)} & {_tex_escape(paper)} & {_tex_escape(ours)} \\\\"
                      .replace("–", "--"))
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return lines
@@ -403,23 +572,27 @@ def claims_csv(verdicts: list[Verdict], scale: str) -> str:
     w = csv.writer(buf)
     w.writerow(["scale", "claim", "source", "verdict", "check", "relation", "value", "metric", "row", "than",
                 "paper_row", "paper_than", "ours_row_mean", "ours_than_mean", "seeds", "seeds_agree",
-                "ours_row_per_seed", "ours_than_per_seed"])
+                "ours_row_per_seed", "ours_than_per_seed", "margin", "margin_abs", "effective_margin", "difference",
+                "check_state", "registration"])
     for v in verdicts:
         for k, r in enumerate(v.checks, 1):
-            w.writerow([scale, v.claim.text, v.claim.source, v.state, k, r.check.relation,
+            rel, ab = stated_margin(r.check)
+            w.writerow([scale, v.claim.text, v.claim.source, shown_state(v), k, r.check.relation,
                         "" if r.check.value is None else r.check.value, r.check.metric, r.check.row, r.check.than or "",
                         "" if r.paper_row is None else r.paper_row, "" if r.paper_than is None else r.paper_than,
                         statistics.fmean(r.row_values) if r.row_values else "",
                         statistics.fmean(r.than_values) if r.than_values else "",
                         " ".join(map(str, r.seeds)), r.agree if r.state != UNDECIDED else "",
-                        " ".join(f"{x:.6g}" for x in r.row_values), " ".join(f"{x:.6g}" for x in r.than_values)])
+                        " ".join(f"{x:.6g}" for x in r.row_values), " ".join(f"{x:.6g}" for x in r.than_values),
+                        rel, ab, "" if r.margin is None else f"{r.margin:.6g}",
+                        "" if r.difference is None else f"{r.difference:.6g}", r.state, v.registration])
     return buf.getvalue()
 
 
 def claims_console(verdicts: list[Verdict], source: str, scale: str, seeds: list) -> str:
     """The verdicts as plain lines for the end of ``reproduce.table``'s output."""
     n = len(seeds)
-    rows = [(MARK[v.state], v.claim.text, "; ".join(describe_check(r)[1] for r in v.checks),
+    rows = [(verdict_mark(v), v.claim.text, "; ".join(describe_check(r)[1] for r in v.checks),
              "; ".join(describe_check(r)[2] for r in v.checks)) for v in verdicts]
     width = max([len(r[1]) for r in rows] + [10])
     pw = max([len(r[2]) for r in rows] + [5])
@@ -430,7 +603,5 @@ def claims_console(verdicts: list[Verdict], source: str, scale: str, seeds: list
 
 
 def summary_line(verdicts: list[Verdict], table: str, scale: str) -> str:
-    counts = {s: sum(v.state == s for v in verdicts) for s in (HOLDS, FAILS, UNDECIDED)}
     tail = " (not meaningful at smoke)" if scale == "smoke" else ""
-    return (f"repdegen: claims of {table} at {scale}: {counts[HOLDS]} ✓, {counts[FAILS]} ✗, {counts[UNDECIDED]} – "
-            f"of {len(verdicts)}{tail}")
+    return f"repdegen: claims of {table} at {scale}: {tally_words(tally(verdicts))}{tail}"

@@ -318,7 +318,8 @@ def _ours_summary(claim: dict) -> str:
 
 def claims_status(page: Page, results_dir: Path, tables: list[TableInfo]) -> None:
     """The status of every claim: table x claim x scale x verdict, with the headline count at lite."""
-    rows, counts = [], {s: {"holds": 0, "fails": 0, "undecided": 0, "paper_only": 0} for s in CLAIM_SCALES}
+    rows, counts = [], {s: {"holds": 0, "fails": 0, "tie": 0, "undecided": 0, "changed": 0, "paper_only": 0}
+                        for s in CLAIM_SCALES}
     total = 0
     for t in tables:
         rendered = {s: _verdicts(results_dir, t.name, s) for s in CLAIM_SCALES}
@@ -327,12 +328,12 @@ def claims_status(page: Page, results_dir: Path, tables: list[TableInfo]) -> Non
             marks = []
             for s in CLAIM_SCALES:
                 v = (rendered[s] or {}).get(text)
-                if scales is not None and s not in scales:
+                shown = (v.get("shown") or v["state"]) if v else "undecided"
+                if (scales is not None and s not in scales) or shown == "n/a":
                     counts[s]["paper_only"] += 1
-                    marks.append("n/a")
+                    marks.append(f"[n/a](#{{{t.name}/{s}}})" if v and rendered[s] is not None else "n/a")
                     continue
-                state = v["state"] if v else "undecided"
-                counts[s][state] += 1
+                counts[s][shown] += 1
                 mark = v["mark"] if v else "–"
                 marks.append(f"[{mark}](#{{{t.name}/{s}}})" if rendered[s] is not None else mark)
             lite = (rendered["lite"] or {}).get(text)
@@ -344,18 +345,24 @@ def claims_status(page: Page, results_dir: Path, tables: list[TableInfo]) -> Non
     page.heading(2, "Claims")
     c = counts["lite"]
     meaningful = total - c["paper_only"]
-    page.para(f"**{c['holds']} of {meaningful} claims shown at `lite`** ({c['fails']} not shown, {c['undecided']} not yet "
-              f"decided; {c['paper_only']} more cannot be decided at `lite`: they compare with other work's numbers or need rows "
-              f"`lite` does not run). At `smoke`: {counts['smoke']['holds']} "
-              f"✓, {counts['smoke']['fails']} ✗ — not meaningful (plumbing-sized runs). At `paper`: "
-              f"{counts['paper']['holds']} ✓, {counts['paper']['fails']} ✗ of {total - counts['paper']['paper_only']}.")
+    changed = f", {c['changed']} changed after their cells ran (⚠, no verdict)" if c["changed"] else ""
+    p = counts["paper"]
+    page.para(f"**{c['holds']} of {meaningful} claims shown at `lite`** ({c['fails']} not shown, {c['tie']} ties inside their "
+              f"margin, {c['undecided']} not yet decided{changed}; {c['paper_only']} more cannot be decided at `lite`: they "
+              f"compare with other work's numbers, need rows `lite` does not run, or are n/a there with a measured "
+              f"reason). At `smoke`: {counts['smoke']['holds']} ✓, {counts['smoke']['fails']} ✗, {counts['smoke']['tie']} ≈ "
+              f"— not meaningful (plumbing-sized runs). At `paper`: {p['holds']} ✓, {p['fails']} ✗, {p['tie']} ≈"
+              + (f", {p['changed']} ⚠" if p["changed"] else "") + f" of {total - p['paper_only']}.")
     page.para("Each claim is a paper's finding as a check over its table's own rows (`conf/table/<table>.yaml`, "
-              "`claims:`). ✓ holds, ✗ does not, – not decided (a cell it needs is not run or not complete at that "
-              "scale), n/a: meaningful at another scale only (it compares with another paper's number, or needs rows "
-              "that scale does not run, e.g. the 650- and 1500-unit nets at lite). A check holds only when it holds "
-              "for every seed, paired "
-              "by seed. Scales: `smoke` = plumbing for CI, `lite` = the claims on a 2-core CPU (real corpora, small "
-              "budgets), `paper` = the papers' settings on GPUs. Paper and ours (lite) are the compared cells' values, "
+              "`claims:`). ✓ holds, ✗ does not, ≈ a tie (the difference is inside its margin, or the seeds "
+              "disagree), ⚠ the claim or its cells changed after they ran (no verdict), – not decided (a cell it needs "
+              "is not run or not complete at that scale), n/a: meaningful at another scale only (it compares with "
+              "another paper's number, needs rows that scale does not run, e.g. the 650- and 1500-unit nets at lite, or "
+              "is marked n/a there with a measured reason). The rule (docs/claims.md): the mean paired difference in "
+              "the claim's direction must exceed the margin fixed before the run (the larger of the stated one and the "
+              "compared row's seed sd) with every seed agreeing. Scales: `smoke` = plumbing for CI, `lite` = the "
+              "claims on a 2-core CPU (real corpora, small budgets), `paper` = the papers' settings. Paper and ours "
+              "(lite) are the compared cells' values, "
               "baseline → row; ours is mean±sd over the seeds.")
     page.add("| Table | Claim | lite | smoke | paper | Paper | Ours (lite) |", "|---|---|---|---|---|---|---|", *rows, "")
     notes = results_dir / "NOTES.md"

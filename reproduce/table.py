@@ -125,6 +125,9 @@ class TableAppConfig:
     rows: list[str] | None = None
     # render from the ledger without running anything
     render_only: bool = False
+    # pre-register the table's claims and cells at this scale (results/tables/<t>/<scale>/registration.json) and
+    # stop: commit that file before the cells run (reproduce/registration.py); a run registers them too
+    register_only: bool = False
     # how the cells run: reproduce/launch.py
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     # the scheduler's progress bar (one line per event is always printed)
@@ -421,7 +424,42 @@ def scale_differences(records: list[dict]) -> str:
     return "; ".join(described)
 
 
-def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Path:
+def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow], records: list[dict],
+                       ledger: Ledger | None = None) -> None:
+    """Mark each verdict that is not a pre-registered one (``Verdict.registration``, rendered ⚠): its claim's
+    definition or a cell it read was registered after the cell started, or a cell it waits for replaces a
+    registered cell that ran with another config (reproduce/registration.py)."""
+    from reproduce import registration
+    from reproduce.claims import NA, UNDECIDED, resolve_row, shown_state
+
+    t, scale = app.table, app.scale.name
+    reg = registration.load(registration.path_of(app.paths.tables_dir, t.name, scale))
+    started = {r["config_hash"]: r.get("started") for r in records}
+    seeds = seeds_at(t, scale)
+    for v in verdicts:
+        if shown_state(v) == NA:
+            continue
+        idx = sorted({resolve_row(t, c.row, "a claim") for c in v.claim.checks}
+                     | {resolve_row(t, c.than, "a claim") for c in v.claim.checks if c.get("than") is not None})
+        cells = [(i, s, h) for i in idx
+                 for s, h in zip(rows[i].extra.get("seeds", {}), (rows[i].config_hash or "").split("+")) if h]
+        if v.state != UNDECIDED:
+            needed = [(h, started.get(h), f"{registration.row_name(t.rows[i])} (seed {s})") for i, s, h in cells]
+            v.registration = registration.judge(v.claim, seeds, reg, needed)
+            continue
+        for i, s, h in cells:
+            if ledger is None or rows[i].extra["seeds"].get(s) is not None:
+                continue
+            ran = [o for o in registration.replaced_cells(reg, {registration.row_name(t.rows[i])}, s, h)
+                   if ledger.is_complete(o)]
+            if ran:
+                v.registration = (f"changed after run: the config of {registration.row_name(t.rows[i])} (seed {s}) "
+                                  f"changed after its registered cell [{ran[0]}] ran; the cell as configured now [{h}] "
+                                  f"has not run")
+                break
+
+
+def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None) -> Path:
     from reproduce.claims import (
         claims_console,
         claims_csv,
@@ -465,6 +503,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict]) -> Pat
     attach_baselines(t, rows)
     ours, paper = claim_inputs(t, rows)
     verdicts = evaluate_claims(t, ours, seeds, paper, scale)
+    judge_registration(app, verdicts, rows, records, ledger)
     claims_md = claims_markdown(verdicts, paper_short(t.source), scale, seeds)
     markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md)
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
@@ -554,7 +593,7 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
             print(f"repdegen: {out} already holds a more complete rendering ({len(there)}/{len(cells)} cells complete, "
                   f"this one {len(ours)}/{len(cells)}); left it as it is")
             return None
-        return render(app, rows, records), rows
+        return render(app, rows, records, ledger), rows
     finally:
         os.close(fd)
 
@@ -592,6 +631,10 @@ def run_tables(apps: list[DictConfig]) -> int:
             unique.setdefault(c.config_hash, c)
             tables_of.setdefault(c.config_hash, []).append(app.table.name)
     first = apps[0]
+    if not first.render_only:
+        register_tables(expanded)
+        if first.register_only:
+            return 0
     # a run repairs the ledger (a corrupt record is moved aside and its cell runs again); render_only
     # changes nothing: a corrupt record is an error before anything is written
     ledger = Ledger(first.paths.runs_dir, repair=not first.render_only)
@@ -621,6 +664,20 @@ def run_tables(apps: list[DictConfig]) -> int:
         print(f"repdegen: {len(apps)} tables, {len(unique)} distinct cells: {len(unique) - len(not_done)} complete, "
               f"{len(not_done)} not ({_fmt_seconds(time.time() - start)})")
     return len(not_done)
+
+
+def register_tables(expanded: list[tuple[DictConfig, list[Cell]]]) -> None:
+    """Pre-register each table's claims and cells at its scale before anything runs (reproduce/registration.py)."""
+    from reproduce import registration
+
+    commit = git_commit()
+    for app, cells in expanded:
+        new_claims, new_cells = registration.register(app.paths.tables_dir, app.table, app.scale.name,
+                                                      seeds_at(app.table, app.scale.name), cells, commit)
+        path = registration.path_of(app.paths.tables_dir, app.table.name, app.scale.name)
+        dirty = " (uncommitted changes: commit the configs and this file)" if commit.get("dirty") else ""
+        print(f"repdegen: registered {new_claims} new claim definitions and {new_cells} new cells of {app.table.name} "
+              f"at {app.scale.name} in {path} at commit {str(commit.get('commit'))[:10]}{dirty}", flush=True)
 
 
 def all_table_names() -> list[str]:

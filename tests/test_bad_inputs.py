@@ -281,7 +281,7 @@ def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_dat
     out = Path(app.paths.tables_dir) / "inan2016_t1" / "smoke"
     hashes = [c.config_hash for c in cells]
 
-    def fake_render(app, rows, records):
+    def fake_render(app, rows, records, ledger=None):
         out.mkdir(parents=True, exist_ok=True)
         (out / "cells.json").write_text(json.dumps({"cells": [{"config_hash": r["config_hash"], "status": "complete"}
                                                               for r in records]}))

@@ -12,6 +12,7 @@ import reproduce.table  # noqa: F401  (registers the table schema)
 from reproduce.claims import (
     FAILS,
     HOLDS,
+    TIE,
     UNDECIDED,
     Claim,
     ClaimCheck,
@@ -19,7 +20,10 @@ from reproduce.claims import (
     claims_csv,
     claims_markdown,
     evaluate_claims,
+    shown_state,
+    summary_line,
     table_metrics,
+    tally,
     validate_claims,
 )
 from reproduce.config import CONF_DIR
@@ -37,8 +41,8 @@ def make_table(claims: list[dict], rows: list[dict] | None = None, **extra):
         {"label": "Other work"},
     ]
     cfg = OmegaConf.structured(TableConfig)
-    cfg.merge_with({"name": "t", "title": "T", "source": "S (2020), Table 1", "columns": ["test_ppl", "isotropy"],
-                    "rows": rows, "claims": claims, **extra})
+    extra.setdefault("columns", ["test_ppl", "isotropy"])
+    cfg.merge_with({"name": "t", "title": "T", "source": "S (2020), Table 1", "rows": rows, "claims": claims, **extra})
     return cfg
 
 
@@ -46,8 +50,8 @@ def claim(*checks, **kw) -> dict:
     return {"text": "c", "source": "Sec. 1", "checks": list(checks), **kw}
 
 
-def check(relation, metric="test_ppl", row="New", than="A / Base", value=None) -> dict:
-    c = {"metric": metric, "row": row, "relation": relation, "than": than}
+def check(relation, metric="test_ppl", row="New", than="A / Base", value=None, **margins) -> dict:
+    c = {"metric": metric, "row": row, "relation": relation, "than": than, **margins}
     if value is not None:
         c["value"] = value
     return c
@@ -64,25 +68,51 @@ def seeds_of(values: list[float], metric="test_ppl") -> dict:
 # --------------------------------------------------------------------------------------------------
 # evaluation against hand-made cells
 # --------------------------------------------------------------------------------------------------
-def test_lower_holds_when_every_seed_agrees_and_fails_on_one_mixed_seed():
+def test_lower_holds_beyond_the_margin_with_every_seed_and_a_mixed_seed_is_a_tie():
     t = make_table([claim(check("lower"))])
     ours = {0: seeds_of([100.0, 102.0, 101.0]), 1: seeds_of([95.0, 99.0, 100.5])}
     (v,) = run(t, ours)
-    assert v.state == HOLDS and v.checks[0].agree == 3
-    # seed 3 disagrees (101.5 > 101): the means still differ in the claimed direction, the rule says no
+    # differences 5, 3, 0.5 (mean 2.83); margin = max(1 % of 101, sd(100, 102, 101) = 1.0) = 1.01
+    r = v.checks[0]
+    assert v.state == HOLDS and r.agree == 3
+    assert r.difference == pytest.approx(17 / 6) and r.margin == pytest.approx(1.01)
+    # seed 3 goes the other way (101.5 > 101): the mean still clears the margin, but the seeds disagree: a tie
     ours[1][3]["test_ppl"] = 101.5
     (v,) = run(t, ours)
-    assert v.state == FAILS and v.checks[0].agree == 2
-    assert sum(ours[1][s]["test_ppl"] for s in (1, 2, 3)) < sum(ours[0][s]["test_ppl"] for s in (1, 2, 3))
+    assert v.state == TIE and v.checks[0].agree == 2 and v.checks[0].difference == pytest.approx(2.5)
+
+
+def test_inside_on_and_beyond_the_margin():
+    t = make_table([claim(check("lower"))])
+    base = seeds_of([100.0, 100.0, 100.0])                      # sd 0: the stated 1 % (1.0 PPL) is the margin
+    inside = {0: base, 1: seeds_of([99.5, 99.4, 99.6])}         # every seed lower, by 0.5: inside
+    on = {0: base, 1: seeds_of([99.0, 99.0, 99.0])}             # exactly the margin: not beyond it
+    beyond = {0: base, 1: seeds_of([98.9, 98.0, 98.5])}
+    worse = {0: base, 1: seeds_of([101.5, 102.0, 101.2])}       # beyond the margin the other way, every seed
+    worse_mixed = {0: base, 1: seeds_of([101.5, 102.0, 99.9])}  # one seed lower: not a verdict either way
+    assert [run(t, o)[0].state for o in (inside, on, beyond, worse, worse_mixed)] == [TIE, TIE, HOLDS, FAILS, TIE]
+
+
+def test_the_baseline_seed_sd_widens_the_margin_when_it_is_larger():
+    t = make_table([claim(check("lower"))])
+    ours = {0: seeds_of([100.0, 104.0, 96.0]), 1: seeds_of([97.0, 101.0, 93.0])}  # 3 % lower on every seed
+    (v,) = run(t, ours)
+    assert v.checks[0].margin == pytest.approx(4.0) and v.state == TIE            # sd 4 > 1 % of 100
+    ours[1] = seeds_of([95.0, 99.0, 91.0])                                        # 5 lower: beyond sd 4
+    assert run(t, ours)[0].state == HOLDS
+    # a stated margin larger than the sd wins
+    t = make_table([claim(check("lower", margin=0.06))])
+    assert run(t, ours)[0].state == TIE and run(t, ours)[0].checks[0].margin == pytest.approx(6.0)
 
 
 def test_pairs_are_by_seed_not_by_sorted_values():
-    # New is lower than Base for each seed, though New's worst seed is above Base's best
     t = make_table([claim(check("lower"))])
-    ours = {0: seeds_of([90.0, 120.0]), 1: seeds_of([89.0, 119.0])}
+    # by seed: seed 1 goes the other way (-1.5), seed 2 the claim's way (+6): a tie
+    ours = {0: seeds_of([100.0, 103.0]), 1: seeds_of([101.5, 97.0])}
+    assert run(t, ours, seeds=(1, 2))[0].state == TIE
+    # the same values paired the other way (101.5 with 103, 97 with 100) agree: +3, +1.5, mean 2.25 > sd 2.12
+    ours = {0: seeds_of([100.0, 103.0]), 1: seeds_of([97.0, 101.5])}
     assert run(t, ours, seeds=(1, 2))[0].state == HOLDS
-    ours = {0: seeds_of([90.0, 120.0]), 1: seeds_of([119.0, 89.0])}  # swapped: seed 1 goes the other way
-    assert run(t, ours, seeds=(1, 2))[0].state == FAILS
 
 
 def test_missing_cell_leaves_the_claim_undecided():
@@ -102,7 +132,8 @@ def test_a_non_finite_value_is_not_a_verdict():
 
 @pytest.mark.parametrize("relation,value,a,b,expected", [
     ("higher", None, 0.5, 0.4, HOLDS),
-    ("higher", None, 0.4, 0.4, FAILS),              # equal is not higher
+    ("higher", None, 0.4, 0.4, TIE),                # equal is a tie, not a failure
+    ("higher", None, 0.3, 0.4, FAILS),
     ("ratio_at_least", 2.0, 0.81, 0.40, HOLDS),     # 2.025x
     ("ratio_at_least", 2.0, 0.79, 0.40, FAILS),     # 1.975x
     ("ratio_at_most", 1.03, 84.7, 82.7, HOLDS),     # +2.4 %
@@ -111,17 +142,34 @@ def test_a_non_finite_value_is_not_a_verdict():
     ("within", 0.02, 15.20, 15.51, HOLDS),          # -1.999 %
     ("within", 0.02, 15.19, 15.51, FAILS),          # -2.06 %
 ])
-def test_pairwise_relations(relation, value, a, b, expected):
+def test_pairwise_relations_without_a_margin(relation, value, a, b, expected):
+    t = make_table([claim(check(relation, metric="isotropy", value=value, margin=0.0))])
+    (v,) = run(t, {0: seeds_of([b], "isotropy"), 1: seeds_of([a], "isotropy")}, seeds=(1,))
+    assert v.state == expected
+
+
+@pytest.mark.parametrize("relation,value,a,b,expected", [
+    # I(W)'s default margin: 5 % of the compared value (0.02 of 0.40; 0.04 of 2 x 0.40 for a ratio)
+    ("higher", None, 0.43, 0.40, HOLDS),
+    ("higher", None, 0.41, 0.40, TIE),
+    ("higher", None, 0.37, 0.40, FAILS),
+    ("ratio_at_least", 2.0, 0.81, 0.40, TIE),       # 2.025x: 0.01 past 0.80, inside 0.04
+    ("ratio_at_least", 2.0, 0.90, 0.40, HOLDS),
+    ("ratio_at_least", 2.0, 0.70, 0.40, FAILS),
+])
+def test_pairwise_relations_with_the_default_margin(relation, value, a, b, expected):
     t = make_table([claim(check(relation, metric="isotropy", value=value))])
     (v,) = run(t, {0: seeds_of([b], "isotropy"), 1: seeds_of([a], "isotropy")}, seeds=(1,))
     assert v.state == expected
 
 
 def test_within_is_two_sided_and_checked_per_seed():
-    t = make_table([claim(check("within", value=0.02))])
-    ours = {0: seeds_of([100.0, 100.0]), 1: seeds_of([101.9, 97.9])}  # +1.9 %, -2.1 %
+    t = make_table([claim(check("within", value=0.02, margin=0.0))])
+    ours = {0: seeds_of([100.0, 100.0]), 1: seeds_of([101.9, 97.9])}  # +1.9 % (inside), -2.1 % (outside)
     (v,) = run(t, ours, seeds=(1, 2))
-    assert v.state == FAILS and v.checks[0].agree == 1
+    assert v.state == TIE and v.checks[0].agree == 1
+    ours[1] = seeds_of([101.9, 98.5])
+    assert run(t, ours, seeds=(1, 2))[0].state == HOLDS
 
 
 def test_constant_forms_and_claims_of_several_checks():
@@ -133,6 +181,29 @@ def test_constant_forms_and_claims_of_several_checks():
     ours[1][1]["isotropy"] = 0.2  # one check of the second claim fails: the claim fails
     first, second = run(t, ours, seeds=(1,))
     assert first.state == FAILS and second.state == FAILS and [c.state for c in second.checks] == [HOLDS, FAILS]
+    ours[1][1]["isotropy"] = 0.305  # inside I(W)'s margin: a tie; with a check that holds, the claim is a tie
+    assert run(t, ours, seeds=(1,))[1].state == TIE
+    # a constant's margin: 5 % of 0.5 = 0.025, or the row's own seed sd when larger
+    t = make_table([claim(check("above", metric="isotropy", than=None, value=0.5))])
+    assert run(t, {1: seeds_of([0.51, 0.53], "isotropy")}, seeds=(1, 2))[0].state == TIE
+    spread = {1: seeds_of([0.56, 0.80, 0.62], "isotropy")}   # mean 0.66, +0.16 > sd 0.125
+    (v,) = run(t, spread)
+    assert v.state == HOLDS and v.checks[0].margin == pytest.approx(0.1249, abs=1e-3)
+
+
+def test_a_claim_combines_its_checks():
+    t = make_table([claim(check("lower"), check("higher", metric="isotropy"))])
+    base = {1: {"test_ppl": 100.0, "isotropy": 0.40}}
+    cases = {  # (test_ppl, isotropy) of New -> the claim's state
+        (90.0, 0.50): HOLDS, (90.0, 0.41): TIE, (99.5, 0.41): TIE, (105.0, 0.41): FAILS, (90.0, 0.30): FAILS,
+    }
+    for (ppl, iso), expected in cases.items():
+        (v,) = run(t, {0: base, 1: {1: {"test_ppl": ppl, "isotropy": iso}}}, seeds=(1,))
+        assert v.state == expected, (ppl, iso)
+    # one check undecided (its cell is not complete) and one tie: undecided, not a tie
+    (v,) = run(t, {0: {1: {"test_ppl": 100.0, "isotropy": float("nan")}}, 1: {1: {"test_ppl": 99.5, "isotropy": 0.4}}},
+               seeds=(1,))
+    assert v.state == UNDECIDED
 
 
 def test_paper_numbers_are_evaluated_too_and_a_claim_off_its_scales_is_undecided():
@@ -143,22 +214,42 @@ def test_paper_numbers_are_evaluated_too_and_a_claim_off_its_scales_is_undecided
     assert v.state == UNDECIDED and v.paper_state == HOLDS and v.checks[0].reason == "meaningful at paper only"
     (v,) = run(t, ours, seeds=(1,), paper=paper, scale="paper")
     assert v.state == HOLDS
+    # the paper's own numbers are judged with the stated margin: 86.3 vs 86.3 is a tie
+    (v,) = run(t, ours, seeds=(1,), paper={0: {"test_ppl": 86.3}, 1: {"test_ppl": 86.3}}, scale="paper")
+    assert v.paper_state == TIE
 
 
-def test_rendered_claims_show_mean_sd_and_seed_counts():
-    t = make_table([claim(check("lower"))])
-    ours = {0: seeds_of([100.0, 102.0]), 1: seeds_of([95.0, 97.0])}
+def test_a_claim_marked_na_at_a_scale_says_why_and_is_counted_apart():
+    t = make_table([claim(check("lower"), na={"lite": "the paper's 0.3 PPL is below our seed sd 0.8"}),
+                    claim(check("lower"))])
+    ours = {0: seeds_of([100.0]), 1: seeds_of([90.0])}
+    na, other = run(t, ours, seeds=(1,), scale="lite")
+    assert na.state == UNDECIDED and shown_state(na) == "n/a" and "seed sd 0.8" in na.checks[0].reason
+    assert tally([na, other]) == {"holds": 1, "fails": 0, "tie": 0, "undecided": 0, "changed": 0, "n/a": 1}
+    assert run(t, ours, seeds=(1,), scale="paper")[0].state == HOLDS
+    md = "\n".join(claims_markdown([na, other], "S", "lite", [1]))
+    assert "| n/a | c (Sec. 1) |" in md and "1 ✓, 0 ✗, 0 ≈ (ties), 0 – of 1 decidable (1 n/a at this scale)" in md
+
+
+def test_rendered_claims_show_mean_sd_margin_and_seed_counts():
+    t = make_table([claim(check("lower")), claim(check("higher", metric="isotropy"))])
+    ours = {0: {1: {"test_ppl": 100.0, "isotropy": 0.4}, 2: {"test_ppl": 102.0, "isotropy": 0.4}},
+            1: {1: {"test_ppl": 95.0, "isotropy": 0.405}, 2: {"test_ppl": 97.0, "isotropy": 0.41}}}
     verdicts = run(t, ours, seeds=(1, 2), paper={0: {"test_ppl": 87.3}, 1: {"test_ppl": 82.7}})
     md = "\n".join(claims_markdown(verdicts, "S (2020), Table 1", "lite", [1, 2]))
-    # mean ± sample sd of (100, 102) = 101 ± 1.414; of (95, 97) = 96 ± 1.414
-    assert "| ✓ | c (Sec. 1) | 87.30 → 82.70 | 101.0±1.41 → 96.00±1.41 (2/2 seeds) |" in md
+    # mean ± sample sd of (100, 102) = 101 ± 1.414; of (95, 97) = 96 ± 1.414; difference +5 vs margin max(1.01, 1.41)
+    assert "| ✓ | c (Sec. 1) | 87.30 → 82.70 | 101.0±1.41 → 96.00±1.41 [+5 vs margin 1.4; 2/2 seeds] |" in md
+    assert "| ≈ | c (Sec. 1) |" in md  # I(W) +0.0075 inside 5 % of 0.4
+    assert "1 ✓, 0 ✗, 1 ≈ (ties), 0 – of 2 decidable" in md
     smoke = "\n".join(claims_markdown(verdicts, "S", "smoke", [1, 2]))
     assert "not meaningful at smoke" in smoke
     console = claims_console(verdicts, "S (2020), Table 1", "lite", [1, 2]).splitlines()
     assert console[0].startswith("  Claims (S (2020), Table 1)") and "ours (2 seeds)" in console[0]
-    assert console[1].split() == ["✓", "c", "87.30", "→", "82.70", "101.0±1.41", "→", "96.00±1.41", "(2/2", "seeds)"]
+    assert console[1].split()[:8] == ["✓", "c", "87.30", "→", "82.70", "101.0±1.41", "→", "96.00±1.41"]
+    assert console[2].split()[0] == "≈"
     csv_text = claims_csv(verdicts, "lite")
-    assert "100 102" in csv_text and "95 97" in csv_text and "holds" in csv_text
+    assert "100 102" in csv_text and "95 97" in csv_text and "holds" in csv_text and ",tie," in csv_text
+    assert summary_line(verdicts, "t", "lite") == "repdegen: claims of t at lite: 1 ✓, 0 ✗, 1 ≈ (ties), 0 – of 2 decidable"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,10 +281,25 @@ def test_a_misspelled_metric_fails_naming_it_and_the_metrics():
     (check("lower", than=None), "give than="),
     (check("above", value=1.0), "drop than="),
     (check("lower", than="Other work"), "other work"),
+    (check("lower", margin=-0.01), r"margin=-0.01; expected a finite number >= 0"),
+    (check("lower", margin_abs=float("nan")), r"margin_abs=nan"),
+    (check("lower", margin=2.0), r"margin=2.0 is a fraction.*margin_abs"),
 ])
 def test_malformed_checks_fail_at_load(bad, match):
     with pytest.raises(ConfigError, match=match):
         validate_claims(make_table([claim(bad)]), scale_names())
+
+
+def test_a_metric_without_a_default_margin_needs_one_and_na_needs_a_known_scale_and_a_reason():
+    t = make_table([claim(check("lower", metric="custom_score"))], columns=["test_ppl", "custom_score"])
+    with pytest.raises(ConfigError, match=r"'custom_score' has no default tie margin; give margin=.*margin_abs="):
+        validate_claims(t, scale_names())
+    validate_claims(make_table([claim(check("lower", metric="custom_score", margin_abs=0.1))],
+                               columns=["test_ppl", "custom_score"]), scale_names())
+    with pytest.raises(ConfigError, match=r"na.huge; scales are"):
+        validate_claims(make_table([claim(check("lower"), na={"huge": "x"})]), scale_names())
+    with pytest.raises(ConfigError, match=r"na.lite without a reason"):
+        validate_claims(make_table([claim(check("lower"), na={"lite": " "})]), scale_names())
 
 
 def test_bad_seeds_scales_and_baseline_fail_at_load():

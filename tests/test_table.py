@@ -107,17 +107,30 @@ def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
         assert "### Claims (Gao et al. (2019), Table 1) — **not meaningful at smoke**" in md
         assert "Claims (scale: smoke) --- not meaningful at smoke" in (out / "table.tex").read_text()
         claims = json.loads((out / "claims.json").read_text())["claims"]
-        assert len(claims) == len(app.table.claims) >= 1 and all(c["state"] in ("holds", "fails") for c in claims)
+        assert len(claims) == len(app.table.claims) >= 1
+        assert all(c["state"] in ("holds", "fails", "tie") and c["registration"] is None for c in claims)
         by_label = {r["label"]: r for r in rows}
         first = claims[0]["checks"][0]  # CosReg lowers test PPL (w.o. finetune), as the table's own cells say
         mle, cos = (float(by_label[k]["test_ppl_ours"]) for k in (first["than"], first["row"]))
         assert first["ours_than"] == [pytest.approx(mle)] and first["ours_row"] == [pytest.approx(cos)]
-        assert claims[0]["state"] == ("holds" if cos < mle else "fails")
+        # one seed: the margin is the stated 1 % of the baseline's PPL
+        assert first["effective_margin"] == pytest.approx(0.01 * mle) and first["difference"] == pytest.approx(mle - cos)
+        assert claims[0]["state"] == ("holds" if mle - cos > 0.01 * mle else "fails" if cos - mle > 0.01 * mle else "tie")
         claim_rows = list(csv.DictReader(io.StringIO((out / "claims.csv").read_text())))
         assert {r["claim"] for r in claim_rows} == {c["text"] for c in claims}
         capsys.readouterr()
         assert run_table(app) == 0  # again: nothing to run
         assert "2 cells, 2 already complete, 0 to run" in capsys.readouterr().out
+        # the claims and cells were registered before the cells ran; a claim edited now renders changed after run
+        reg = json.loads((out / "registration.json").read_text())
+        assert len(reg["claims"]) == len(app.table.claims) and len(reg["cells"]) == 2
+        app.table.claims[0].checks[0].margin = 0.2
+        app.render_only = True
+        assert run_table(app) == 0
+        claims = json.loads((out / "claims.json").read_text())["claims"]
+        assert claims[0]["mark"] == "⚠" and "changed after run" in claims[0]["registration"]
+        assert all(c["registration"] is None for c in claims[1:])
+        assert "⚠ changed after run" in (out / "table.md").read_text()
 
 
 def test_a_failing_cell_does_not_stop_the_others(tiny_data, tmp_path, monkeypatch):

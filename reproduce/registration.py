@@ -1,0 +1,133 @@
+"""Pre-registration: a table's claims, margins, seeds and cells are fixed before its cells run, and a rendering can tell.
+
+``reproduce.table`` (and ``register_only=true``, which runs nothing) records, before it launches any cell, in
+``<tables_dir>/<table>/<scale>/registration.json``:
+
+- each claim's **definition hash** (its text, checks with their stated margins, scales, n/a reasons and the
+  table's seeds at that scale), when it was first registered, and the commit it was registered at;
+- each cell's **config hash** (which carries its budget), with its row labels and seed, when first registered.
+
+Entries are only ever added. A rendering judges each decided verdict against them: a claim whose current
+definition was not registered, or was registered after one of its cells *started*, or a cell that was not
+registered before it started, renders as "⚠ changed after run", with no ✓/✗/≈, until those cells run again.
+A cell whose config changed after it ran (a budget edit) is a different cell (its hash changed): the claim
+waits for it (–), and the rendering says the registered cell with the old config is there.
+
+Times are the machine's local ISO times (what a run record's ``started`` holds), compared as such.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from core.files import atomic_write_json
+from reproduce.claims import stated_margin
+
+FILE = "registration.json"
+
+
+def claim_hash(claim, seeds: list) -> str:
+    """The hash of what a claim's verdict depends on besides the cells: its text, its checks (with the stated
+    margins, defaults resolved), its scales and n/a reasons, and the seeds it is judged over."""
+    checks = []
+    for c in claim.checks:
+        rel, ab = stated_margin(c)
+        checks.append({"metric": c.metric, "row": c.row, "relation": c.relation, "than": c.get("than"),
+                       "value": c.get("value"), "margin": rel, "margin_abs": ab})
+    spec = {"text": claim.text, "checks": checks, "scales": list(claim.get("scales") or []) or None,
+            "na": dict(claim.get("na") or {}) or None, "seeds": [s for s in seeds]}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def row_name(row) -> str:
+    """``"<group> / <label>"``, or the label of a row without a group."""
+    return f"{row.group} / {row.label}" if row.get("group") else row.label
+
+
+def now() -> str:
+    return dt.datetime.now().isoformat(timespec="seconds")
+
+
+def path_of(tables_dir, table: str, scale: str) -> Path:
+    return Path(tables_dir) / table / scale / FILE
+
+
+def load(path: Path) -> dict:
+    """The registration at ``path`` (an empty one when there is none); a file that is not one is an error that
+    names it."""
+    from reproduce.errors import UserError
+
+    if not path.exists():
+        return {"claims": {}, "cells": {}}
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data.get("claims"), dict) or not isinstance(data.get("cells"), dict):
+            raise ValueError("expected the keys 'claims' and 'cells', each an object")
+    except (OSError, ValueError, AttributeError) as err:
+        raise UserError(f"{path}: not a registration file ({err}). It records when the table's claims and cells were "
+                        f"fixed; restore it from git (git checkout -- {path}) rather than deleting it: without it "
+                        f"every verdict renders as changed after run") from None
+    return data
+
+
+def register(tables_dir, table, scale: str, seeds: list, cells, commit: dict) -> tuple[int, int]:
+    """Add the table's claims (as defined now) and ``cells`` (objects with ``config_hash``, ``rows``, ``seed``)
+    to its registration at ``scale``, each only if not there yet; return (new claims, new cells).
+
+    Serialized by an exclusive ``flock`` beside the file (two lanes may run rows of one table)."""
+    path = path_of(tables_dir, table.name, scale)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        data = load(path)
+        data.update(table=table.name, scale=scale)
+        t = now()
+        new_claims = new_cells = 0
+        for claim in table.get("claims") or []:
+            h = claim_hash(claim, seeds)
+            if h not in data["claims"]:
+                data["claims"][h] = {"text": claim.text, "registered": t, "commit": commit.get("commit"),
+                                     "dirty": bool(commit.get("dirty"))}
+                new_claims += 1
+        for cell in cells:
+            if cell.config_hash not in data["cells"]:
+                data["cells"][cell.config_hash] = {"rows": [row_name(table.rows[i]) for i in cell.rows],
+                                                   "seed": cell.seed, "registered": t, "commit": commit.get("commit")}
+                new_cells += 1
+        if new_claims or new_cells:
+            atomic_write_json(path, data)
+        return new_claims, new_cells
+    finally:
+        os.close(fd)
+
+
+def judge(claim, seeds: list, registration: dict, needed: list[tuple[str, str | None, str]]) -> str:
+    """Why a decided verdict is not a pre-registered one ("" when it is). ``needed``: (config hash, the run's
+    ``started`` time, a name for messages) of each cell the verdict read."""
+    entry = registration.get("claims", {}).get(claim_hash(claim, seeds))
+    if entry is None:
+        return ("changed after run: this definition of the claim (its checks, margins, scales or the seeds) was not "
+                "registered before its cells ran")
+    for h, started, name in needed:
+        if started is None:
+            return f"changed after run: the run {name} [{h}] records no start time"
+        if started < entry["registered"]:
+            return (f"changed after run: the claim as defined now was registered {entry['registered']}, after "
+                    f"{name} [{h}] started ({started})")
+        cell = registration.get("cells", {}).get(h)
+        if cell is None or started < cell["registered"]:
+            return f"changed after run: the cell {name} [{h}] was not registered before it started ({started})"
+    return ""
+
+
+def replaced_cells(registration: dict, rows: set[str], seed, current: str) -> list[str]:
+    """Registered cells of the same rows and seed as the cell ``current`` but with another config hash: a config
+    (budget) edited after they were registered."""
+    return [h for h, c in registration.get("cells", {}).items()
+            if h != current and c.get("seed") == seed and rows & set(c.get("rows") or [])]
