@@ -64,7 +64,7 @@ DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
     "cos": (0.0, 0.01),          # cosines: 0.01 absolute (a relative margin of a value near 0 is none)
     "bleu": (0.0, 0.3),          # 0.3 BLEU
     "uniq": (0.02, 0.0),         # 2 % of the compared count of unique tokens
-    "rho": (0.0, 0.02),          # word similarity (Spearman's rho x 100 or x 1): 0.02 absolute
+    "wordsim": (0.0, 2.0),       # word similarity, Spearman's rho x 100 (Yu et al. Table 6): 2 points (0.02 in rho)
     "params": (0.0, 0.0),        # parameter counts are exact
 }
 
@@ -77,8 +77,8 @@ def default_margin(metric: str) -> tuple[float, float] | None:
     for family in ("ppl", "isotropy", "cos", "bleu", "uniq"):
         if family in m:
             return DEFAULT_MARGINS[family]
-    if any(k in m for k in ("rho", "ws353", "rg65", "simlex", "men", "rw", "wordsim", "mturk")):
-        return DEFAULT_MARGINS["rho"]
+    if m.startswith("wordsim"):
+        return DEFAULT_MARGINS["wordsim"]
     return None
 
 
