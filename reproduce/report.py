@@ -80,10 +80,11 @@ def paper_order(key: str) -> tuple:
 
 def claim_scales(table, claim) -> list[str] | None:
     """The scales at which a claim can be decided: its own ``scales`` and those where every row it
-    compares runs (None: every scale)."""
+    compares runs, less those it is ``na`` at (None: every scale)."""
     from reproduce.claims import resolve_row
 
     allowed = set(claim.scales) if claim.get("scales") else set(SCALES)
+    allowed -= set(claim.get("na") or {})  # n/a at a scale, with its measured reason
     for check in claim.checks:
         for ref in (check.get("row"), check.get("than")):
             if ref is None:
@@ -302,14 +303,18 @@ def is_rendered(results_dir: Path, table: str, scale: str) -> bool:
 
 
 def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | None:
-    """{claim text: its record} of a rendered table's claims.json, or None when not rendered at that scale."""
+    """{claim text: its record} of a rendered table's claims.json, or None when not rendered at that scale; {} for a
+    rendering of the v1 rule (before issue 23: no tie margin, no registration), whose verdicts are not shown."""
     if not is_rendered(results_dir, table, scale):
         return None
     try:
         data = json.loads((results_dir / "tables" / table / scale / "claims.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return {c["text"]: c for c in data.get("claims", [])}
+    claims = data.get("claims", [])
+    if any("shown" not in c for c in claims):
+        return {}  # rendered under the v1 rule (no tie margin, no registration): no verdict in the status table
+    return {c["text"]: c for c in claims}
 
 
 def _ours_summary(claim: dict) -> str:
