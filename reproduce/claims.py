@@ -46,9 +46,13 @@ RELATIONS = ("lower", "higher", "ratio_at_least", "ratio_at_most", "within", "ab
 PAIRWISE = ("lower", "higher", "ratio_at_least", "ratio_at_most", "within")
 NEEDS_VALUE = ("ratio_at_least", "ratio_at_most", "within", "above", "below")
 # metrics every run records besides a table's columns (language models also record the group metrics)
-ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos")
-LM_RECORDED = ("uniq", "cos_rare_frequent",
-               *(f"{m}_{g}" for m in ("ppl", "uniq", "isotropy") for g in ("frequent", "medium", "rare")))
+ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos",
+                   # analysis/geometry.py (final metrics), analysis/record_metrics.py and the gains (reproduce/table.py)
+                   "frac_pos_cos", "centroid_ratio", "sv_norm_mean", "sv_ratio_3_2", "cos_excess_rare",
+                   "drift_cos_unseen", "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent",
+                   "valid_ppl_curve_mean", "valid_ppl_gain", "test_ppl_gain")
+LM_RECORDED = ("uniq", "cos_rare_frequent", "uniq_target", "uniq_rare_over_human", "nn_rare_frac",
+               *(f"{m}_{g}" for m in ("ppl", "uniq", "uniq_target", "isotropy") for g in ("frequent", "medium", "rare")))
 HOLDS, FAILS, TIE, UNDECIDED = "holds", "fails", "tie", "undecided"
 MARK = {HOLDS: "✓", FAILS: "✗", TIE: "≈", UNDECIDED: "–"}
 RULE = ("a check holds when the mean paired difference in the claim's direction exceeds its margin and every seed "

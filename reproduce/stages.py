@@ -22,10 +22,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import torch
+
 from analysis.metrics import embedding_metrics
 from reproduce import distributed as dist
 from reproduce.checkpoint import average_weights
 from reproduce.optim import averaged_weights, nonmonotone_trigger
+
+# the output embedding at initialisation, saved when a run starts (the drift metrics of analysis/geometry.py)
+INIT_EMBEDDING = "init_embedding.pt"
 
 
 def keep_if_best(tr, val: float, best: float, name: str) -> bool:
@@ -157,6 +162,11 @@ def final_metrics(tr, weights: str) -> dict:
                "weights": weights}
     metrics.update(embedding_metrics(tr.model.output_embedding, spectrum=True))
     if tr.is_main:
+        from analysis.geometry import final_geometry
+
+        init = tr.run_dir / INIT_EMBEDDING
+        metrics.update(final_geometry(tr.model.output_embedding, metrics["singular_values"], tr.task.train_counts(),
+                                      tr.task.special_ids(), torch.load(init) if init.is_file() else None))
         with tr.autocast():
             metrics.update(tr.task.final_extras(tr.model, tr.run_dir, Path(weights).stem))
     return metrics

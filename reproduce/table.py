@@ -255,8 +255,13 @@ def run_label_of(rows, indices: list[int]) -> str:
 
 def _cell_values(record: dict, stage: str) -> dict[str, float | None]:
     """A complete cell's numbers at a row's stage: every metric the stage recorded, and ``params``."""
-    values = {k: v for k, v in record["metrics"].get(stage, {}).items() if isinstance(v, (int, float))}
+    from analysis.record_metrics import derived_metrics
+
+    recorded = record["metrics"].get(stage, {})
+    values = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
     values["params"] = record["parameters"]["total"] / 1e6
+    for k, v in derived_metrics(record, recorded).items():
+        values.setdefault(k, v)
     return values
 
 
@@ -331,8 +336,34 @@ def attach_baselines(table, rows: list[RenderedRow]) -> None:
 def claim_inputs(table, rows: list[RenderedRow]) -> tuple[dict[int, dict], dict[int, dict]]:
     """(ours, paper) for reproduce.claims.evaluate_claims: ours[row][seed] = metrics or None."""
     ours = {i: r.extra.get("seeds", {}) for i, r in enumerate(rows)}
-    paper = {i: r.paper for i, r in enumerate(rows)}
+    paper = {i: dict(r.paper) for i, r in enumerate(rows)}
+    add_gains(rows, ours, paper)
     return ours, paper
+
+
+GAIN_METRICS = ("valid_ppl", "test_ppl")
+
+
+def add_gains(rows: list[RenderedRow], ours: dict[int, dict], paper: dict[int, dict]) -> None:
+    """``<metric>_gain`` = 1 − metric(row) / metric(its baseline row), per seed (ours) and on the paper's numbers; 0 for
+    the baseline row itself (Inan et al. 2017: "most of the improvement" from RE alone)."""
+    def gain(a, b):
+        ok = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (a, b)) and b
+        return 1.0 - a / b if ok else None
+
+    for i, r in enumerate(rows):
+        j = r.extra.get("baseline", i if r.extra.get("seeds") else None)
+        if j is None:
+            continue
+        for m in GAIN_METRICS:
+            p = gain(paper[i].get(m), paper[j].get(m))
+            if p is not None:
+                paper[i][f"{m}_gain"] = p
+            for seed, values in ours.get(i, {}).items():
+                base = ours.get(j, {}).get(seed)
+                if values is not None and base is not None:
+                    g = gain(values.get(m), base.get(m))
+                    values[f"{m}_gain"] = float("nan") if g is None else g
 
 
 def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, title: str) -> list[str]:

@@ -183,6 +183,14 @@ class LMTask:
         return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs,
                                 n_specials=4 if self.corpus.tokenizer is not None else 0)
 
+    def train_counts(self) -> torch.Tensor:
+        """Occurrences of each type in the training tokens this run trains on (after train_start/train_tokens)."""
+        return torch.bincount(self.corpus.train.reshape(-1).cpu(), minlength=len(self.corpus.vocab))
+
+    def special_ids(self) -> list[int]:
+        """The ids outside every frequency group: a BPE's four specials; none for a word-level vocabulary."""
+        return list(range(4)) if self.corpus.tokenizer is not None else []
+
     def group_geometry(self, model) -> dict:
         return group_geometry(self, model)
 
@@ -199,14 +207,22 @@ class LMTask:
             bptt = self.t.eval_bptt if (bs > 1 or self.stateless) else max(self.t.eval_bptt, 256)
             forbid = [vocab.stoi["<pad>"]] if "<pad>" in vocab.stoi else []
             m = group_metrics(model, self.corpus.test, groups, bs, bptt, self.device, forbid=forbid)
-            out["uniq"] = m["uniq"]
+            out["uniq"], out["uniq_target"] = m["uniq"], m["uniq_target"]
             for name, g in m["groups"].items():
                 out[f"ppl_{name}"], out[f"uniq_{name}"] = g["ppl"], g["uniq"]
+                out[f"uniq_target_{name}"] = g["uniq_target"]
+            rare_targets = m["groups"].get("rare", {}).get("uniq_target")
+            # Yu Table 3: the rare group's distinct predictions against the test targets' own (the "Human" row)
+            out["uniq_rare_over_human"] = out["uniq_rare"] / rare_targets if rare_targets else float("nan")
             weight = model.output_embedding.detach().float()
             for name, value in group_isotropy(weight, groups).items():
                 if name != "total":
                     out[f"isotropy_{name}"] = value
             out["cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
+            from analysis.geometry import nn_rare_frac
+            from analysis.groups import group_ids
+
+            out["nn_rare_frac"] = nn_rare_frac(weight, group_ids(groups["rare"], weight.shape[0]), self.special_ids())
         if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
             from analysis.inspection import subspace_distance
 
@@ -342,6 +358,15 @@ class TranslationTask:
         from analysis.groups import frequency_groups
 
         return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs, n_specials=4)
+
+    def train_counts(self) -> torch.Tensor:
+        """Occurrences of each piece on both sides of the training pairs this run trains on."""
+        tr = self.corpus.train
+        ids = torch.cat([*tr.src, *tr.tgt]) if len(tr) else torch.zeros(0, dtype=torch.long)
+        return torch.bincount(ids.cpu(), minlength=len(self.corpus.vocab))
+
+    def special_ids(self) -> list[int]:
+        return list(range(4))
 
     def group_geometry(self, model) -> dict:
         return group_geometry(self, model)

@@ -24,13 +24,14 @@ from pathlib import Path
 import torch
 
 from analysis.metrics import embedding_metrics
+from core.files import atomic_torch_save
 from reproduce import checkpoint as ckpt_io
 from reproduce import distributed as dist
 from reproduce import optim
 from reproduce.checkpoint import RunState
 from reproduce.errors import Preempted, SimulatedInterrupt, TrainingDiverged
 from reproduce.progress import progress_bar
-from reproduce.stages import run_stages
+from reproduce.stages import INIT_EMBEDDING, run_stages
 from reproduce.tasks import make_task
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
@@ -55,8 +56,17 @@ class Trainer:
                             train_counts=corpus.vocab.counts, model=model)
         self.state = RunState(optimizer_name=self.first_optimizer_name())
         self.optimizer = self.make_optimizer(self.state.optimizer_name)
+        self.save_init_embedding()
         self.on_epoch_end = None  # callback(state), on rank 0, used by train.py to update result.json
         self._mid_epoch: dict | None = None  # a mid-epoch checkpoint's progress, for train_epoch to continue
+
+    def save_init_embedding(self) -> None:
+        """The output embedding before any update (``INIT_EMBEDDING``), once, when the run starts: not on a resume
+        (the weights there would be a rebuilt model's, not the run's), not over an existing file."""
+        path = self.run_dir / INIT_EMBEDDING
+        if self.is_main and not self.checkpoint_path().exists() and not path.exists():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_torch_save(path, self.model.output_embedding.detach().float().cpu().clone())
 
     def print(self, *args) -> None:
         dist.print_main(*args, flush=True)
