@@ -31,16 +31,22 @@ from reproduce.claims import stated_margin
 FILE = "registration.json"
 
 
-def claim_hash(claim, seeds: list) -> str:
-    """The hash of what a claim's verdict depends on besides the cells: its text, its checks (with the stated
-    margins, defaults resolved), its scales and n/a reasons, and the seeds it is judged over."""
+def claim_hash(claim, seeds: list, scale: str | None = None) -> str:
+    """The hash of what a claim's verdict at ``scale`` depends on besides the cells: its text, its checks (with the
+    stated margins, defaults resolved), whether it is meaningful at that scale (its ``scales``, its n/a reason there)
+    and the seeds it is judged over. An n/a reason at another scale is not part of it: editing lite's reason does
+    not touch a paper verdict."""
     checks = []
     for c in claim.checks:
         rel, ab = stated_margin(c)
         checks.append({"metric": c.metric, "row": c.row, "relation": c.relation, "than": c.get("than"),
                        "value": c.get("value"), "margin": rel, "margin_abs": ab})
-    spec = {"text": claim.text, "checks": checks, "scales": list(claim.get("scales") or []) or None,
-            "na": dict(claim.get("na") or {}) or None, "seeds": [s for s in seeds]}
+    na = dict(claim.get("na") or {})
+    if scale is None:
+        meaningful, reason = list(claim.get("scales") or []) or None, na or None
+    else:
+        meaningful, reason = (not claim.get("scales") or scale in claim.scales), na.get(scale)
+    spec = {"text": claim.text, "checks": checks, "meaningful": meaningful, "na": reason, "seeds": [s for s in seeds]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -90,7 +96,7 @@ def register(tables_dir, table, scale: str, seeds: list, cells, commit: dict) ->
         t = now()
         new_claims = new_cells = 0
         for claim in table.get("claims") or []:
-            h = claim_hash(claim, seeds)
+            h = claim_hash(claim, seeds, scale)
             if h not in data["claims"]:
                 data["claims"][h] = {"text": claim.text, "registered": t, "commit": commit.get("commit"),
                                      "dirty": bool(commit.get("dirty"))}
@@ -107,10 +113,10 @@ def register(tables_dir, table, scale: str, seeds: list, cells, commit: dict) ->
         os.close(fd)
 
 
-def judge(claim, seeds: list, registration: dict, needed: list[tuple[str, str | None, str]]) -> str:
-    """Why a decided verdict is not a pre-registered one ("" when it is). ``needed``: (config hash, the run's
-    ``started`` time, a name for messages) of each cell the verdict read."""
-    entry = registration.get("claims", {}).get(claim_hash(claim, seeds))
+def judge(claim, seeds: list, registration: dict, needed: list[tuple[str, str | None, str]], scale: str | None = None) -> str:
+    """Why a decided verdict at ``scale`` is not a pre-registered one ("" when it is). ``needed``: (config hash, the
+    run's ``started`` time, a name for messages) of each cell the verdict read."""
+    entry = registration.get("claims", {}).get(claim_hash(claim, seeds, scale))
     if entry is None:
         return ("changed after run: this definition of the claim (its checks, margins, scales or the seeds) was not "
                 "registered before its cells ran")

@@ -476,7 +476,7 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
                  for s, h in zip(rows[i].extra.get("seeds", {}), (rows[i].config_hash or "").split("+")) if h]
         if v.state != UNDECIDED:
             needed = [(h, started.get(h), f"{registration.row_name(t.rows[i])} (seed {s})") for i, s, h in cells]
-            v.registration = registration.judge(v.claim, seeds, reg, needed)
+            v.registration = registration.judge(v.claim, seeds, reg, needed, scale)
             continue
         for i, s, h in cells:
             if ledger is None or rows[i].extra["seeds"].get(s) is not None:

@@ -65,6 +65,17 @@ def test_register_only_adds_and_records_rows_seed_time_and_commit(tmp_path, monk
     assert len(json.loads(path.read_text())["claims"]) == 2
 
 
+def test_the_claim_hash_at_a_scale_ignores_another_scale_s_na_reason():
+    t = make_table()
+    t.claims[0].na = {"lite": "measured reason A"}
+    at_paper, at_lite = registration.claim_hash(t.claims[0], [1], "paper"), registration.claim_hash(t.claims[0], [1], "lite")
+    t.claims[0].na = {"lite": "measured reason B"}
+    assert registration.claim_hash(t.claims[0], [1], "paper") == at_paper
+    assert registration.claim_hash(t.claims[0], [1], "lite") != at_lite
+    t.claims[0].scales = ["lite"]  # no longer meaningful at paper: a different claim there
+    assert registration.claim_hash(t.claims[0], [1], "paper") != at_paper
+
+
 def test_judge_a_verdict_against_the_registration(tmp_path, monkeypatch):
     t = make_table()
     claim = t.claims[0]
@@ -73,18 +84,18 @@ def test_judge_a_verdict_against_the_registration(tmp_path, monkeypatch):
     registration.register(tmp_path, t, "lite", [1, 2], cells, {"commit": "c1"})
     reg = registration.load(registration.path_of(tmp_path, "t", "lite"))
     after = [("aaaa", "2026-01-01T10:00:00", "Base"), ("bbbb", "2026-01-01T11:00:00", "New")]
-    assert registration.judge(claim, [1, 2], reg, after) == ""
+    assert registration.judge(claim, [1, 2], reg, after, "lite") == ""
     before = [("aaaa", "2026-01-01T09:59:59", "Base"), ("bbbb", "2026-01-01T11:00:00", "New")]
-    assert "after Base [aaaa] started (2026-01-01T09:59:59)" in registration.judge(claim, [1, 2], reg, before)
+    assert "after Base [aaaa] started (2026-01-01T09:59:59)" in registration.judge(claim, [1, 2], reg, before, "lite")
     # the claim edited after the run: its new definition is not in the registration
     edited = make_table(margin=0.03).claims[0]
-    assert "was not registered before its cells ran" in registration.judge(edited, [1, 2], reg, after)
+    assert "was not registered before its cells ran" in registration.judge(edited, [1, 2], reg, after, "lite")
     # a seed dropped after the run (the verdict would read fewer seeds than registered): not pre-registered
-    assert "not registered" in registration.judge(claim, [1], reg, after)
+    assert "not registered" in registration.judge(claim, [1], reg, after, "lite")
     # a cell the registration does not know (trained outside the table), or no start time
     assert "cell New [cccc] was not registered" in registration.judge(
-        claim, [1, 2], reg, [("cccc", "2026-01-01T11:00:00", "New")])
-    assert "records no start time" in registration.judge(claim, [1, 2], reg, [("aaaa", None, "Base")])
+        claim, [1, 2], reg, [("cccc", "2026-01-01T11:00:00", "New")], "lite")
+    assert "records no start time" in registration.judge(claim, [1, 2], reg, [("aaaa", None, "Base")], "lite")
 
 
 def test_replaced_cells_are_those_of_the_same_row_and_seed():
