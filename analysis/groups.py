@@ -113,7 +113,7 @@ def group_masks(groups: Mapping[str, Group], vocab_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_size: int, bptt: int, device,
-                  forbid: Sequence[int] = ()) -> dict:
+                  forbid: Sequence[int] = (), mass_sets: Mapping[str, Sequence[int]] | None = None) -> dict:
     """Total and per-group PPL and Uniq of ``ids`` (1-D), in one pass (Yu et al. 2022, Tables 1-4).
 
     The stream is read exactly as :func:`analysis.evaluate.evaluate_nll` reads it (``batch_size``
@@ -133,6 +133,10 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
     its uniq / uniq_target count the distinct predicted / target tokens that belong to the group.
     ``groups`` is usually :func:`frequency_groups`; any named id sets work (they may overlap, e.g. a
     "non-rare" set, or the rare group of AGG's dynamic grouping).
+
+    ``mass_sets`` ({name: ids}) adds ``"mass": {name: m}``: the mean, over the positions whose target is not in the
+    set, of the probability the softmax of the logits (untempered, before ``forbid``) puts on the set (Inan et al.
+    2017, Sec. 6.4: the probability of ``<unk>``, of "a"/"an"/"the", where they are not the next word).
     """
     was_training = model.training
     model.eval()
@@ -145,6 +149,9 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
         nll_sum, count = 0.0, 0
         predicted = target_seen = None
         forbid = list(forbid)
+        sets = {name: torch.as_tensor(list(v), dtype=torch.long, device=device) for name, v in (mass_sets or {}).items()}
+        mass_sum = {name: 0.0 for name in sets}
+        mass_cnt = {name: 0 for name in sets}
         for i in range(0, stream.size(0) - 1, bptt):
             x, y = get_batch(stream, i, bptt)
             out = model(x, state)
@@ -159,6 +166,12 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
             nll = nn.functional.cross_entropy(logits, y, reduction="none")
             nll_sum += nll.sum().item()
             count += y.numel()
+            if sets:
+                probs = torch.softmax(logits, dim=-1)
+                for name, set_ids in sets.items():
+                    other = ~torch.isin(y, set_ids)
+                    mass_sum[name] += float(probs[other][:, set_ids].sum(dim=1).double().sum())
+                    mass_cnt[name] += int(other.sum())
             in_group = masks[:, y]  # (G, positions): is the target in group k?
             g_nll += (in_group * nll.double()).sum(dim=1)
             g_cnt += in_group.sum(dim=1)
@@ -190,6 +203,8 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
         "uniq": int(predicted.sum()),
         "uniq_target": int(target_seen.sum()),
         "groups": out_groups,
+        **({"mass": {name: mass_sum[name] / mass_cnt[name] if mass_cnt[name] else math.nan for name in sets}}
+           if sets else {}),
     }
 
 

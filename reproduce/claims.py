@@ -52,6 +52,7 @@ ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos",
                    "drift_cos_unseen", "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent",
                    "valid_ppl_curve_mean", "valid_ppl_gain", "test_ppl_gain")
 LM_RECORDED = ("uniq", "cos_rare_frequent", "uniq_target", "uniq_rare_over_human", "nn_rare_frac",
+               "p_unk_nontarget", "p_articles_nontarget",
                *(f"{m}_{g}" for m in ("ppl", "uniq", "uniq_target", "isotropy") for g in ("frequent", "medium", "rare")))
 HOLDS, FAILS, TIE, UNDECIDED = "holds", "fails", "tie", "undecided"
 MARK = {HOLDS: "✓", FAILS: "✗", TIE: "≈", UNDECIDED: "–"}

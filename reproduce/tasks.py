@@ -194,6 +194,26 @@ class LMTask:
     def group_geometry(self, model) -> dict:
         return group_geometry(self, model)
 
+    def test_reading(self) -> tuple[int, int]:
+        """(batch size, BPTT) the test split is read with for the final analysis passes."""
+        bs = self.t.test_batch_size
+        return bs, (self.t.eval_bptt if (bs > 1 or self.stateless) else max(self.t.eval_bptt, 256))
+
+    # Inan et al. 2017, Sec. 6.4: the probability of <unk>, and of the articles, where they are not the next word
+    MASS_SETS = {"p_unk_nontarget": ("<unk>",), "p_articles_nontarget": ("a", "an", "the")}
+
+    def nontarget_mass(self, model) -> dict:
+        """``p_unk_nontarget`` / ``p_articles_nontarget`` on the test split, for a word-level vocabulary that has
+        those words (PTB, WikiText-2): one pass read as the test PPL is (analysis/groups.py ``group_metrics``)."""
+        from analysis.groups import group_metrics
+
+        stoi = self.corpus.vocab.stoi
+        sets = {name: [stoi[w] for w in words] for name, words in self.MASS_SETS.items()
+                if self.corpus.tokenizer is None and all(w in stoi for w in words)}
+        if not sets:
+            return {}
+        return group_metrics(model, self.corpus.test, {}, *self.test_reading(), self.device, mass_sets=sets)["mass"]
+
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """The degeneration metrics of ``trainer.analysis`` on the test split (Yu et al. 2022)."""
         a = self.t.analysis
@@ -203,8 +223,7 @@ class LMTask:
 
             vocab = self.corpus.vocab
             groups = self.groups()
-            bs = self.t.test_batch_size
-            bptt = self.t.eval_bptt if (bs > 1 or self.stateless) else max(self.t.eval_bptt, 256)
+            bs, bptt = self.test_reading()
             forbid = [vocab.stoi["<pad>"]] if "<pad>" in vocab.stoi else []
             m = group_metrics(model, self.corpus.test, groups, bs, bptt, self.device, forbid=forbid)
             out["uniq"], out["uniq_target"] = m["uniq"], m["uniq_target"]
@@ -223,6 +242,7 @@ class LMTask:
             from analysis.groups import group_ids
 
             out["nn_rare_frac"] = nn_rare_frac(weight, group_ids(groups["rare"], weight.shape[0]), self.special_ids())
+        out.update(self.nontarget_mass(model))
         if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
             from analysis.inspection import subspace_distance
 

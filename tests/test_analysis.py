@@ -140,6 +140,29 @@ def test_group_metrics_match_a_per_token_loop_and_evaluate_nll():
     assert masked["ppl"] == pytest.approx(got["ppl"], rel=1e-9) and masked["groups"]["all"]["tokens"] == got["tokens"]
 
 
+def test_mass_on_a_set_where_it_is_not_the_target_matches_a_per_token_loop():
+    model = tiny_lm()
+    ids = zipf_stream(240)
+    stream = batchify(ids, 3)
+    sets = {"one": [4], "three": [0, 1, 2]}
+    expected = {name: [] for name in sets}
+    with torch.no_grad():  # one token at a time down each column, as brute_force_positions
+        for b in range(3):
+            col = stream[:, b]
+            state = model.init_state(1)
+            for t in range(col.numel() - 1):
+                out = model(col[t].view(1, 1), state)
+                state = out.state
+                p = torch.softmax(model.logits(out.hidden[0, 0]).double(), -1)
+                for name, members in sets.items():
+                    if int(col[t + 1]) not in members:
+                        expected[name].append(float(p[members].sum()))
+    got = group_metrics(model, ids, {}, batch_size=3, bptt=7, device="cpu", forbid=[4], mass_sets=sets)["mass"]
+    for name, values in expected.items():  # before forbid: the forbidden id's probability still counts
+        assert got[name] == pytest.approx(sum(values) / len(values), rel=1e-5)
+    assert "mass" not in group_metrics(model, ids, {}, batch_size=3, bptt=7, device="cpu")
+
+
 def test_group_metrics_of_an_empty_group_is_nan_and_restores_training_mode():
     model = tiny_lm().train()
     ids = torch.randint(0, 10, (200,), generator=torch.Generator().manual_seed(1))
