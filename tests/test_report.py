@@ -222,3 +222,25 @@ def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tiny_results):
     _rerender_and_report(tiny_results)
     assert json.loads((out / "cells.json").read_text())["command"] == "python -m reproduce.table table=inan2016_t1 scale=smoke"
     assert training_command(out / "missing" / "cells.json") is None
+
+
+def test_a_v1_rendering_shows_no_verdict_and_a_claim_na_at_a_scale_is_counted_there(tmp_path):
+    """claims.json of the v1 rule (no tie margin: its records lack "shown") gives no verdict in the status table;
+    a claim marked na at lite is not one of lite's decidable claims."""
+    from omegaconf import OmegaConf
+
+    from reproduce.report import _verdicts, claim_scales
+
+    out = tmp_path / "tables" / "t" / "lite"
+    out.mkdir(parents=True)
+    (out / "table.md").write_text("# t\n")
+    (out / "cells.json").write_text(json.dumps({"cells": [{"status": "complete", "config_hash": "h"}]}))
+    v1 = {"claims": [{"text": "c", "state": "holds", "mark": "✓", "checks": []}]}
+    (out / "claims.json").write_text(json.dumps(v1))
+    assert _verdicts(tmp_path, "t", "lite") == {}
+    v1["claims"][0]["shown"] = "holds"
+    (out / "claims.json").write_text(json.dumps(v1))
+    assert _verdicts(tmp_path, "t", "lite")["c"]["state"] == "holds"
+    table = OmegaConf.create({"rows": [{"label": "A", "experiment": "x"}, {"label": "B", "experiment": "x"}]})
+    claim = OmegaConf.create({"checks": [{"row": "A", "than": "B"}], "na": {"lite": "measured reason"}})
+    assert claim_scales(table, claim) == ["paper", "smoke"]
