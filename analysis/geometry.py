@@ -151,4 +151,10 @@ def final_geometry(weight: torch.Tensor, singular_values, counts: torch.Tensor |
     out = {"frac_pos_cos": frac_pos_cos(w), "centroid_ratio": centroid_ratio(w), **spectrum_metrics(singular_values)}
     if counts is not None:
         out.update(group_geometry_metrics(w, counts, specials, init_weight))
-    return out
+    return finite_only(out)
+
+
+def finite_only(metrics: dict) -> dict:
+    """The entries that are numbers (a group too small, a spectrum too short: left out, not recorded as NaN, which
+    JSON does not define and which compares unequal to itself)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}

@@ -212,7 +212,10 @@ class LMTask:
                 if self.corpus.tokenizer is None and all(w in stoi for w in words)}
         if not sets:
             return {}
-        return group_metrics(model, self.corpus.test, {}, *self.test_reading(), self.device, mass_sets=sets)["mass"]
+        from analysis.geometry import finite_only
+
+        return finite_only(group_metrics(model, self.corpus.test, {}, *self.test_reading(), self.device,
+                                         mass_sets=sets)["mass"])
 
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """The degeneration metrics of ``trainer.analysis`` on the test split (Yu et al. 2022)."""
@@ -232,16 +235,18 @@ class LMTask:
                 out[f"uniq_target_{name}"] = g["uniq_target"]
             rare_targets = m["groups"].get("rare", {}).get("uniq_target")
             # Yu Table 3: the rare group's distinct predictions against the test targets' own (the "Human" row)
-            out["uniq_rare_over_human"] = out["uniq_rare"] / rare_targets if rare_targets else float("nan")
+            if rare_targets:
+                out["uniq_rare_over_human"] = out["uniq_rare"] / rare_targets
             weight = model.output_embedding.detach().float()
             for name, value in group_isotropy(weight, groups).items():
                 if name != "total":
                     out[f"isotropy_{name}"] = value
             out["cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
-            from analysis.geometry import nn_rare_frac
+            from analysis.geometry import finite_only, nn_rare_frac
             from analysis.groups import group_ids
 
-            out["nn_rare_frac"] = nn_rare_frac(weight, group_ids(groups["rare"], weight.shape[0]), self.special_ids())
+            out.update(finite_only({"nn_rare_frac": nn_rare_frac(weight, group_ids(groups["rare"], weight.shape[0]),
+                                                                 self.special_ids())}))
         out.update(self.nontarget_mass(model))
         if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
             from analysis.inspection import subspace_distance

@@ -47,7 +47,11 @@ def table_cells(table: str, scale: str, tmp_path: Path) -> list[tuple[object, ob
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app(table, scale, tmp_path)
         cells = expand_cells(app)
-    by_row = {i: cell for cell in cells for i in cell.rows}
+    # one cell per row: the first seed's (every table's first seed is the same, so its cells can be compared)
+    by_row = {}
+    for cell in cells:
+        for i in cell.rows:
+            by_row.setdefault(i, cell)
     return [(app.table.rows[i], by_row[i].cfg) for i in sorted(by_row)]
 
 

@@ -108,7 +108,9 @@ def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
         assert "Claims (scale: smoke) --- not meaningful at smoke" in (out / "table.tex").read_text()
         claims = json.loads((out / "claims.json").read_text())["claims"]
         assert len(claims) == len(app.table.claims) >= 1
-        assert all(c["state"] in ("holds", "fails", "tie") and c["registration"] is None for c in claims)
+        # decided, or – where the tiny corpus leaves a metric undefined (a group under 50 rows); none changed after run
+        assert all(c["state"] in ("holds", "fails", "tie", "undecided") and c["registration"] is None for c in claims)
+        assert sum(c["state"] != "undecided" for c in claims) >= 3
         by_label = {r["label"]: r for r in rows}
         first = claims[0]["checks"][0]  # CosReg lowers test PPL (w.o. finetune), as the table's own cells say
         mle, cos = (float(by_label[k]["test_ppl_ours"]) for k in (first["than"], first["row"]))
