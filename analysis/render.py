@@ -54,11 +54,14 @@ def _fmt(value, column: str) -> str:
         return f"{value:.1f}" if value < 100 else f"{value:.0f}"
     if column.startswith(("isotropy", "mean_cos", "cos_")):
         return f"{value:.3g}"
+    if column.startswith(("uniq_rare_over", "frac_", "centroid_", "sv_", "drift_cos", "nn_", "p_")) or \
+            column.endswith("_gain"):  # ratios, fractions and probabilities (issue 23's metrics)
+        return f"{value:.3g}"
     if column.startswith("uniq"):
         return f"{value:.0f}"
     if column.startswith("bleu"):
         return f"{value:.2f}"
-    if column.startswith("ppl_") or column in ("valid_ppl", "test_ppl"):
+    if column.startswith("ppl_") or column in ("valid_ppl", "test_ppl", "valid_ppl_curve_mean"):
         return f"{value:.2f}" if abs(value) < 100 else (f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}")
     return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
