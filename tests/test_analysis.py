@@ -91,10 +91,9 @@ def test_frequency_groups_keep_leading_specials_and_trailing_zero_counts_by_posi
 # ---- per-group PPL and Uniq -------------------------------------------------------------------------
 
 
-def brute_force_positions(model, ids, batch_size):
-    """(target, nll, argmax) of every predicted position, one token at a time down each column."""
+def position_log_probs(model, ids, batch_size):
+    """(target, log-probabilities) of every predicted position, one token at a time down each column."""
     stream = batchify(ids, batch_size)
-    rows = []
     with torch.no_grad():
         for b in range(batch_size):
             col = stream[:, b]
@@ -102,9 +101,12 @@ def brute_force_positions(model, ids, batch_size):
             for t in range(col.numel() - 1):
                 out = model(col[t].view(1, 1), state)
                 state = out.state
-                lp = torch.log_softmax(model.logits(out.hidden[0, 0]).double(), -1)
-                rows.append((int(col[t + 1]), float(-lp[col[t + 1]]), int(lp.argmax())))
-    return rows
+                yield int(col[t + 1]), torch.log_softmax(model.logits(out.hidden[0, 0]).double(), -1)
+
+
+def brute_force_positions(model, ids, batch_size):
+    """(target, nll, argmax) of every predicted position."""
+    return [(y, float(-lp[y]), int(lp.argmax())) for y, lp in position_log_probs(model, ids, batch_size)]
 
 
 def test_group_metrics_match_a_per_token_loop_and_evaluate_nll():
@@ -143,20 +145,12 @@ def test_group_metrics_match_a_per_token_loop_and_evaluate_nll():
 def test_mass_on_a_set_where_it_is_not_the_target_matches_a_per_token_loop():
     model = tiny_lm()
     ids = zipf_stream(240)
-    stream = batchify(ids, 3)
     sets = {"one": [4], "three": [0, 1, 2]}
     expected = {name: [] for name in sets}
-    with torch.no_grad():  # one token at a time down each column, as brute_force_positions
-        for b in range(3):
-            col = stream[:, b]
-            state = model.init_state(1)
-            for t in range(col.numel() - 1):
-                out = model(col[t].view(1, 1), state)
-                state = out.state
-                p = torch.softmax(model.logits(out.hidden[0, 0]).double(), -1)
-                for name, members in sets.items():
-                    if int(col[t + 1]) not in members:
-                        expected[name].append(float(p[members].sum()))
+    for y, lp in position_log_probs(model, ids, 3):
+        for name, members in sets.items():
+            if y not in members:
+                expected[name].append(float(lp.exp()[members].sum()))
     got = group_metrics(model, ids, {}, batch_size=3, bptt=7, device="cpu", forbid=[4], mass_sets=sets)["mass"]
     for name, values in expected.items():  # before forbid: the forbidden id's probability still counts
         assert got[name] == pytest.approx(sum(values) / len(values), rel=1e-5)
