@@ -93,30 +93,28 @@ def _mean_pair_cos(u: torch.Tensor, min_rows: int | None = None) -> float:
     return float((s @ s - n) / (n * (n - 1)))
 
 
-def _mean_cross_cos(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.shape[0] < MIN_GROUP or b.shape[0] < MIN_GROUP:
-        return float("nan")
-    return float(a.sum(0) @ b.sum(0) / (a.shape[0] * b.shape[0]))
-
-
-def _unit_rows(w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    return _unit(w[ids]) if ids.numel() else w[:0]
-
-
 def group_geometry_metrics(weight: torch.Tensor, counts: torch.Tensor, specials: list[int],
                            init_weight: torch.Tensor | None = None) -> dict[str, float]:
-    """``cos_excess_rare`` and, with ``init_weight``, the drift cosines, over the groups of what the run trains on."""
+    """``cos_excess_rare`` and, with ``init_weight``, the drift cosines, over the groups of what the run trains on
+    (the within/between means of :func:`analysis.groups.group_cosines`; a group under ``MIN_GROUP`` rows: NaN)."""
+    from analysis.groups import group_cosines
+
     w = weight.double().cpu()
     g = training_groups(counts, specials)
-    all_unit = _unit(w)
-    out = {"cos_excess_rare": _mean_pair_cos(_unit_rows(w, g["rare"])) - _mean_pair_cos(all_unit, 2),
-           "unseen_types": float(g["unseen"].numel())}
+    small = {k for k, ids in g.items() if ids.numel() < MIN_GROUP}
+
+    def means(matrix, between):
+        out = group_cosines(matrix, g, between=between)
+        return {k: (math.nan if small & set(k.split("_")) else v) for k, v in out.items()}
+
+    nan = float("nan")
+    rare = means(w, ())["rare"]
+    out = {"cos_excess_rare": rare - _mean_pair_cos(_unit(w), 2), "unseen_types": float(g["unseen"].numel())}
     if init_weight is not None:
-        d = w - init_weight.double().cpu()
-        du, dr, df = (_unit_rows(d, g[k]) for k in ("unseen", "rare", "frequent"))
-        out["drift_cos_unseen"] = _mean_pair_cos(du)
-        out["drift_cos_rare_unseen"] = _mean_cross_cos(dr, du)
-        out["drift_cos_frequent_unseen"] = _mean_cross_cos(df, du)
+        d = means(w - init_weight.double().cpu(), (("rare", "unseen"), ("frequent", "unseen")))
+        out["drift_cos_unseen"] = d.get("unseen", nan)
+        out["drift_cos_rare_unseen"] = d["rare_unseen"]
+        out["drift_cos_frequent_unseen"] = d["frequent_unseen"]
         out["drift_cos_gap_rare_frequent"] = out["drift_cos_rare_unseen"] - out["drift_cos_frequent_unseen"]
     return out
 
