@@ -17,7 +17,7 @@ row() {  # row <table> <"group / label" or label>
 }
 case "${1:-}" in
   A)
-    row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
+    # inan2016_t2 "200 hidden units [5] (SGD, no dropout)" ran first (done, committed in results/tables/inan2016_t2/paper/)
     row inan2017_t1 "Small (200 units) / VD-LSTM+RE"
     row inan2016_t1 "200 hidden units (keep 0.5)"
     "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al trainer.progress=false trainer.resume=true
