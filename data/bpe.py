@@ -135,7 +135,7 @@ class BPETokenizer:
     """A trained sentencepiece BPE model and the mapping between its ids and ours (see the module doc)."""
 
     def __init__(self, model_proto: bytes, order: Sequence[int], counts: Sequence[int], unk_literal: str | None = None,
-                 key: str = "", name: str = "bpe", path: str | None = None):
+                 key: str = "", name: str = "bpe", path: str | None = None, restricted: bool = False):
         spm = _sp()
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
         self.model_proto = bytes(model_proto)
@@ -143,15 +143,19 @@ class BPETokenizer:
         self.key, self.name, self.path = key, name, path
         n_sp = self.sp.get_piece_size()
         order = np.asarray(order, dtype=np.int64)
-        if sorted(order.tolist()) != list(range(1, n_sp)) or len(counts) != N_SPECIALS + len(order):
+        # ``order``: every sentencepiece piece but <unk> (id 0), or a subset of them (``restricted``: the pieces
+        # that occur in the training text, as a fairseq dictionary holds; the others encode as <unk>)
+        valid_order = (len(set(order.tolist())) == len(order) and (order.size == 0 or (order.min() >= 1 and order.max() < n_sp))
+                       if restricted else sorted(order.tolist()) == list(range(1, n_sp)))
+        if not valid_order or len(counts) != N_SPECIALS + len(order):
             raise DataError(
                 f"BPE mapping of {path or name} does not match its model ({n_sp} pieces, {len(order)} mapped, "
                 f"{len(counts)} counts); delete the cached files to retrain"
             )
         self.order = order
         # sentencepiece id -> our id (sentencepiece's <unk>, id 0, is our UNK) and back (-1: no piece)
-        self._sp2our = np.empty(n_sp, dtype=np.int64)
-        self._sp2our[0] = UNK
+        self.restricted = restricted
+        self._sp2our = np.full(n_sp, UNK, dtype=np.int64)
         self._sp2our[order] = np.arange(N_SPECIALS, N_SPECIALS + len(order))
         self._our2sp = np.concatenate([np.array([-1, -1, -1, 0], dtype=np.int64), order])
         self.itos: list[str] = list(SPECIALS) + [self.sp.id_to_piece(int(i)) for i in order]
@@ -227,7 +231,8 @@ class BPETokenizer:
         model_path = Path(model_path)
         model_path.parent.mkdir(parents=True, exist_ok=True)
         mapping = {"format": BPE_FORMAT, "order": self.order.tolist(), "counts": self.counts.tolist(),
-                   "unk_literal": self.unk_literal, "key": self.key, "name": self.name, **(meta or {})}
+                   "unk_literal": self.unk_literal, "key": self.key, "name": self.name, "restricted": self.restricted,
+                   **(meta or {})}
         for path, data in ((model_path.with_suffix(".json"), json.dumps(mapping).encode()), (model_path, self.model_proto)):
             cache_write(path, lambda tmp, data=data: tmp.write_bytes(data))
         self.path = str(model_path)
@@ -240,7 +245,18 @@ class BPETokenizer:
             raise DataError(f"no BPE model at {model_path} (with its mapping {meta_path.name}); train it with train_bpe")
         meta = json.loads(meta_path.read_text())
         return cls(model_path.read_bytes(), meta["order"], meta["counts"], meta.get("unk_literal"), meta.get("key", ""),
-                   meta.get("name", model_path.stem), str(model_path))
+                   meta.get("name", model_path.stem), str(model_path), restricted=bool(meta.get("restricted", False)))
+
+    def restricted_to(self, counts) -> BPETokenizer:
+        """This model with only the pieces whose ``counts`` (one per id of ours) are > 0, in the order of those
+        counts (descending; ties in id order); the other pieces encode as <unk>. The specials stay."""
+        counts = np.asarray(counts, dtype=np.int64)
+        ours = np.arange(N_SPECIALS, len(self.itos))
+        keep = ours[counts[N_SPECIALS:] > 0]
+        keep = keep[np.lexsort((keep, -counts[keep]))]
+        new_counts = counts[:N_SPECIALS].tolist() + counts[keep].tolist()
+        return BPETokenizer(self.model_proto, self._our2sp[keep], new_counts, self.unk_literal, f"{self.key}-occurring",
+                            self.name, None, restricted=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,6 +10,15 @@ the training split's lines (cached under ``<cache_dir>/bpe``, see :mod:`data.bpe
 its pieces + ``</s>``; the word ``dataset.unk`` (WikiText's ``<unk>``) maps to ``<unk>``. Ids are sorted
 by training frequency after the four specials ``<pad> <s> </s> <unk>``; ``Corpus.tokenizer`` decodes.
 
+``dataset.vocab_from`` (issue 23, docs/lite_v2.md): ``split`` (the default, the papers' setting) builds the
+vocabulary or BPE model from the whole training split and then cuts the ``train_start``/``train_tokens`` window
+out of it; ``slice`` builds them from the window the run trains on, so a prefix run's vocabulary and frequency
+groups hold only what it sees (at ``paper`` the window is the split: the two agree). Word-level: the window's
+tokens give the vocabulary (``<unk>``/``<eos>`` added with count 0 if the window lacks them); other words of any
+split are ``<unk>``. BPE: the window is found with the split's BPE model, the lines holding it train a second
+BPE model, and the run trains on the first ``train_tokens`` pieces of those lines under it. Either way the
+vocabulary's counts are the counts in the training stream the run reads (so the frequency groups are).
+
 Sources (``dataset.source``):
   * ``local``: ``<data_dir>/<local_dir>/<files[split]>`` where ``data_dir`` defaults to the
     ``REPDEGEN_DATA_DIR`` environment variable (layout of ``../shared/data``);
@@ -33,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from core.errors import ConfigError, DataError
@@ -254,6 +264,70 @@ def _bpe_blob(cfg, lines: dict[str, list[str]], info: dict, tokenizer, key: str)
     return {"itos": tokenizer.itos, "counts": tokenizer.counts, "ids": ids, "oov": oov, "info": info, "key": key}
 
 
+def _slice_window(cfg, n_train: int) -> tuple[int, int]:
+    """(start, end) of the training window in tokens; a start beyond the split is an error."""
+    start = getattr(cfg, "train_start", 0) or 0
+    if start >= n_train:
+        raise DataError(f"dataset.train_start={start} is beyond the {n_train} training tokens of {cfg.name}; "
+                        f"set dataset.train_start below {n_train}")
+    end = n_train if cfg.train_tokens is None else min(n_train, start + int(cfg.train_tokens))
+    return start, end
+
+
+def _with_types(vocab: Vocab, words: list[str]) -> Vocab:
+    """``vocab`` with the given words appended (count 0) where it lacks them."""
+    extra = [w for w in dict.fromkeys(words) if w and w not in vocab.stoi]
+    if not extra:
+        return vocab
+    counts = torch.cat([vocab.counts, torch.zeros(len(extra), dtype=torch.long)])
+    return Vocab(vocab.itos + extra, counts, eos=vocab.eos, unk=vocab.unk)
+
+
+def _slice_vocab_corpus(cfg, lines: dict[str, list[str]], info: dict, cache_dir) -> tuple[dict, Vocab, Any, dict]:
+    """dataset.vocab_from=slice: (ids per split, vocabulary, tokenizer or None, provenance extras); see the module doc."""
+    if getattr(cfg, "tokenizer", "word") == "bpe":
+        full = train_bpe(lines["train"], cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,
+                         unk_literal=cfg.unk or None, name=cfg.name)
+        _, lens = full.encode_flat(lines["train"], add_eos=True)
+        ends = torch.from_numpy(lens).cumsum(0)
+        start, end = _slice_window(cfg, int(ends[-1]) if len(ends) else 0)
+        first = int(torch.searchsorted(ends, start, right=True))
+        last = int(torch.searchsorted(ends, end - 1, right=True))
+        # the window's own BPE model cuts its lines into fewer pieces than the split's does: grow the lines (and
+        # retrain) until they hold the window's pieces under their own model, or the split ends
+        for _ in range(4):
+            window_lines = lines["train"][first : last + 1]
+            tokenizer = train_bpe(window_lines, cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,
+                                  unk_literal=cfg.unk or None, name=f"{cfg.name}-slice")
+            held = int(tokenizer.counts.sum())  # pieces + one </s> a line
+            if held >= end - start or last + 1 >= len(lines["train"]):
+                break
+            grow = max(1, int((last + 1 - first) * ((end - start) / max(held, 1) - 1) * 1.02) + 1)
+            last = min(len(lines["train"]) - 1, last + grow)
+        window = {"train": window_lines, "valid": lines["valid"], "test": lines["test"]}
+        flat, _ = tokenizer.encode_flat(window_lines, add_eos=True)
+        # the vocabulary holds the pieces the run trains on, as the papers' fairseq dictionaries hold the pieces that
+        # occur (a piece made only as an intermediate merge would be a never-trained row in the rare group)
+        tokenizer = tokenizer.restricted_to(np.bincount(flat[: end - start], minlength=len(tokenizer)))
+        blob = _bpe_blob(cfg, window, info, tokenizer, tokenizer.key)
+        ids = dict(blob["ids"])
+        ids["train"] = ids["train"][: end - start]
+        counts = torch.bincount(ids["train"], minlength=len(tokenizer))
+        vocab = Vocab(list(tokenizer.itos), counts, eos=tokenizer.vocab().eos, unk=tokenizer.vocab().unk)
+        extras = {"tokenizer": "bpe", "bpe_vocab_size": cfg.bpe_vocab_size, "bpe_key": tokenizer.key,
+                  "bpe_model": tokenizer.path, "window_lines": [first, last + 1], "oov": blob["oov"]}
+        return ids, vocab, tokenizer, extras
+    tokens = {s: tokenize(lines[s], cfg.eos) for s in SPLITS}
+    start, end = _slice_window(cfg, len(tokens["train"]))
+    window = tokens["train"][start:end]
+    vocab = _with_types(build_vocab(window, cfg.eos, cfg.unk), [cfg.eos, cfg.unk])
+    ids, oov = {}, {}
+    for s in SPLITS:
+        ids[s], oov[s] = numericalize(window if s == "train" else tokens[s], vocab, s, cfg.name)
+    vocab = Vocab(vocab.itos, torch.bincount(ids["train"], minlength=len(vocab)), eos=cfg.eos, unk=cfg.unk)
+    return ids, vocab, None, {"oov": oov}
+
+
 def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) -> Corpus:
     """Load (from cache when the source is unchanged) and return the corpus ``cfg`` describes."""
     kind = getattr(cfg, "kind", "lm")
@@ -270,6 +344,23 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
     if source not in ("local", "hub", "disk", "text"):
         raise DataError(f"dataset.source={source!r} is not one of auto, local, hub, disk, text")
     lines, info = _local_lines(cfg) if source == "local" else _datasets_lines(cfg, source)
+    vocab_from = getattr(cfg, "vocab_from", "split")
+    if vocab_from not in ("split", "slice"):
+        raise ConfigError(f"dataset.vocab_from={vocab_from!r} is not one of split, slice; set dataset.vocab_from=split "
+                          f"(the vocabulary of the whole training split) or slice (of the tokens the run trains on)")
+    if vocab_from == "slice":
+        for s in ("valid", "test"):
+            if not any(line.strip() for line in lines[s]):
+                where = info.get("files", {}).get(s) or info.get("location")
+                raise DataError(f"{cfg.name}: the {s} split ({where}) is empty: it has no words; check the file")
+        ids, vocab, tokenizer, extras = _slice_vocab_corpus(cfg, lines, info, cache_dir)
+        provenance = dict(info, vocab_from="slice", vocab_size=len(vocab),
+                          tokens={s: int(ids[s].numel()) for s in SPLITS}, **extras)
+        if cfg.eval_tokens is not None:
+            ids["valid"] = ids["valid"][: cfg.eval_tokens]
+            ids["test"] = ids["test"][: cfg.eval_tokens]
+        provenance["used_tokens"] = {s: int(ids[s].numel()) for s in SPLITS}
+        return Corpus(cfg.name, ids["train"], ids["valid"], ids["test"], vocab, provenance, tokenizer)
     tokenizer = None
     if tokenizer_name == "bpe":
         tokenizer = train_bpe(lines["train"], cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,

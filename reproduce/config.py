@@ -67,6 +67,9 @@ class DatasetConfig:
     train_start: int = 0
     train_tokens: int | None = None
     eval_tokens: int | None = None
+    # where the vocabulary / BPE model and the frequency groups come from: ``split`` (the whole training split, the
+    # papers' setting) or ``slice`` (the train_start/train_tokens window the run trains on; data/corpus.py)
+    vocab_from: str = "split"
     # ---- what the corpus is and how it is cut into tokens -------------------------------------
     # ``lm``: one stream of tokens per split; ``translation``: sentence pairs (src_lang -> tgt_lang)
     kind: str = "lm"
@@ -381,6 +384,7 @@ VALID_CHOICES = {
     "trainer.generation.length_penalty_form": ("fairseq", "gnmt"),
     "dataset.kind": ("lm", "translation"),
     "dataset.tokenizer": ("word", "bpe"),
+    "dataset.vocab_from": ("split", "slice"),
     "trainer.loss_reduction": ("mean", "sum_over_time"),
     "trainer.device": ("auto", "cpu", "cuda"),
     "dataset.source": ("auto", "local", "hub", "disk", "text"),
@@ -468,6 +472,9 @@ def _check_data_model(cfg: DictConfig) -> None:
         )
     if d.kind == "translation" and d.tokenizer != "bpe":
         raise ConfigError(f"dataset.tokenizer={d.tokenizer!r}: translation corpora use a joint BPE; set dataset.tokenizer=bpe")
+    if d.kind == "translation" and d.vocab_from != "split":
+        raise ConfigError(f"dataset.vocab_from={d.vocab_from!r}: translation corpora build their joint BPE from the training "
+                          f"pairs they keep (dataset.train_pairs); set dataset.vocab_from=split")
     if d.tokenizer == "bpe" and not d.bpe_vocab_size:
         raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (e.g. 8000); got {d.bpe_vocab_size}")
     if d.kind == "translation" and (not d.src_lang or not d.tgt_lang or d.src_lang == d.tgt_lang):
@@ -565,7 +572,7 @@ def _drop(container: dict, dotted: str) -> None:
 
 # keys added after cells had run: left out of the hash at their default, so that the configs which do not use them
 # keep the hashes (and the ledger entries) they had before the key existed
-HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0}
+HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split"}
 
 
 def hashed_view(cfg: DictConfig) -> dict:

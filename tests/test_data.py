@@ -13,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from data.batching import batchify, bptt_segments, get_batch, variable_length
+from data.bpe import EOS
 from data.corpus import load_corpus
 from reproduce.config import DatasetConfig
 from reproduce.errors import DataError
@@ -188,3 +189,54 @@ def test_generated_corpus_helper_is_consistent(tmp_path):
     root = write_tiny_corpus(tmp_path, 500, 100)
     corpus = load_corpus(ptb_cfg(data_dir=str(root)))
     assert corpus.provenance["oov"] == {"train": 0, "valid": 0, "test": 0}
+
+
+# ---- dataset.vocab_from=slice: the vocabulary and the counts of the window the run trains on (issue 23) ----------
+def test_slice_vocabulary_is_the_windows_own(tmp_path):
+    # train tokens: a b a <eos> | c d c <eos> e <unk> <eos>   (the window: tokens 4..8 = c d c <eos> e)
+    root = write_split(tmp_path, "a b a\nc d c\ne <unk>\n", "c a z\n", "e d\n")
+    corpus = load_corpus(ptb_cfg(data_dir=str(root), train_start=4, train_tokens=5, vocab_from="slice"))
+    # brute force: the window's types by count (ties by first appearance), then <unk> (absent there) with count 0
+    assert corpus.vocab.itos == ["c", "d", "<eos>", "e", "<unk>"]
+    assert corpus.vocab.counts.tolist() == [2, 1, 1, 1, 0]
+    assert corpus.train.tolist() == [0, 1, 0, 2, 3]
+    unk = corpus.vocab.stoi["<unk>"]
+    assert corpus.valid.tolist() == [0, unk, unk, 2] and corpus.test.tolist() == [3, 1, 2]
+    assert corpus.provenance["oov"] == {"train": 0, "valid": 2, "test": 0} and corpus.provenance["vocab_from"] == "slice"
+    # the default (split) keeps the whole split's vocabulary and cuts the window out of its stream
+    split = load_corpus(ptb_cfg(data_dir=str(root), train_start=4, train_tokens=5))
+    assert set(split.vocab.itos) == {"a", "b", "c", "d", "e", "<unk>", "<eos>"}
+    assert [split.vocab.itos[i] for i in split.train.tolist()] == ["c", "d", "c", "<eos>", "e"]
+
+
+def test_slice_vocabulary_errors_name_the_value(tmp_path):
+    root = write_split(tmp_path, "a b\n", "a\n", "b\n")
+    with pytest.raises(DataError, match=r"train_start=9 is beyond the 3 training tokens"):
+        load_corpus(ptb_cfg(data_dir=str(root), train_start=9, vocab_from="slice"))
+    from reproduce.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"vocab_from='window' is not one of split, slice"):
+        load_corpus(ptb_cfg(data_dir=str(root), vocab_from="window"))
+
+
+def test_slice_bpe_holds_the_windows_pieces(tmp_path):
+    from tests.test_bpe import bpe_cfg, write_wiki
+
+    root = write_wiki(tmp_path / "data")
+    corpus = load_corpus(bpe_cfg(root, train_tokens=1500, vocab_from="slice"), tmp_path / "cache")
+    tok = corpus.tokenizer
+    assert corpus.train.numel() == 1500 and tok.restricted
+    # every piece of the vocabulary occurs in the training stream, and the counts are that stream's
+    counts = torch.bincount(corpus.train, minlength=len(corpus.vocab))
+    assert corpus.vocab.counts.tolist() == counts.tolist() and bool(torch.all(counts[4:] > 0))
+    # the stream is the window's lines encoded by the window's model, from the first line on
+    lines = (root / "wikitext-2" / "train.txt").read_text().split("\n")[:-1]
+    first, end = corpus.provenance["window_lines"]
+    assert first == 0 and end < len(lines)
+    expected = [i for line in lines[first:end] for i in [*tok.encode(line), EOS]][:1500]
+    assert corpus.train.tolist() == expected
+    # a piece the window never made is <unk> in the other splits, and counted there as out of vocabulary
+    valid_lines = (root / "wikitext-2" / "valid.txt").read_text().split("\n")[:-1]
+    assert corpus.valid.tolist() == [i for line in valid_lines for i in [*tok.encode(line), EOS]]
+    literal = sum(line.split().count("<unk>") for line in valid_lines)
+    assert corpus.provenance["oov"]["valid"] == int((corpus.valid == 3).sum()) - literal
