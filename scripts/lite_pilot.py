@@ -4,6 +4,8 @@ PPL wins (within 0.5 % of the preset's lr: the preset's); then the regime checks
 
     python scripts/lite_pilot.py --name yu_lm experiment=yu2022/lm6_wt103 objective=mle
     python scripts/lite_pilot.py --name inan2017_small --checks overfits levelled experiment=inan2017/small objective=mle
+    python scripts/lite_pilot.py --name yu_lm_agg_alpha --param objective.alpha --values 0.175 0.525 0.875 --tie-to 0.525 \
+        experiment=yu2022/lm6_wt103 objective=agg optim.lr=0.0014      # another setting's grid (section 2.3)
 
 Two one-thread cells at a time (``--parallel``); each is an ordinary ``reproduce.train`` run in the ledger, so an
 interrupted pilot resumes. Writes ``results/pilots/<name>.json`` and ``.md`` (the runs, the checks, the decision).
@@ -104,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True, help="the pilot's name: results/pilots/<name>.{json,md}")
     ap.add_argument("--factors", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0], help="multiples of the preset's lr")
+    ap.add_argument("--param", default="optim.lr", help="the setting the grid varies (default: the lr, by --factors)")
+    ap.add_argument("--values", type=float, nargs="+", help="the grid's values of --param (instead of --factors)")
+    ap.add_argument("--tie-to", type=float, help="the value a tie within 0.5 %% goes to (default: the preset's lr)")
     ap.add_argument("--seed", type=int, default=101, help="a seed outside every table's (docs/lite_v2.md)")
     ap.add_argument("--parallel", type=int, default=2, help="one-thread cells at a time")
     ap.add_argument("--checks", nargs="+", default=["degenerates", "levelled", "rare"], choices=CHECKS)
@@ -119,40 +124,48 @@ def main(argv: list[str] | None = None) -> int:
         base_lr = float(finalize(compose_config([*args.overrides, "scale=lite"])).optim.lr)
     logs = ROOT / "outputs" / "logs" / f"pilot-{args.name}"
     logs.mkdir(parents=True, exist_ok=True)
-    lrs = [base_lr * f for f in args.factors]
+    if args.values:
+        lrs, factors, tie = list(args.values), [1.0 if v == args.tie_to else 0.0 for v in args.values], args.tie_to
+    else:
+        lrs, factors, tie = [base_lr * f for f in args.factors], list(args.factors), base_lr
     start = time.time()
+    key = args.param
 
     def one(lr: float) -> str:
-        return run_cell([*args.overrides, "scale=lite", f"seed={args.seed}", f"optim.lr={lr:g}"], logs / f"lr{lr:g}.log")
+        return run_cell([*args.overrides, "scale=lite", f"seed={args.seed}", f"{key}={lr:g}"], logs / f"{key}{lr:g}.log")
 
     with ThreadPoolExecutor(args.parallel) as pool:
         dirs = list(pool.map(one, lrs))
-    runs = [dict(lr=lr, factor=f, **summarize(Path(d))) for lr, f, d in zip(lrs, args.factors, dirs)]
-    preset = next(r for r in runs if r["factor"] == 1.0) if 1.0 in args.factors else None
+    runs = [dict(lr=lr, factor=f, **summarize(Path(d))) for lr, f, d in zip(lrs, factors, dirs)]
+    preset = next((r for r in runs if r["factor"] == 1.0), None)
     chosen = min(runs, key=lambda r: r["best_valid_ppl"])
     if preset is not None and chosen["best_valid_ppl"] >= preset["best_valid_ppl"] * (1 - TIE):
         chosen = preset
     checks = {k: {"holds": bool(ok), "measured": what} for k, (ok, what) in regime(chosen, args.checks).items()}
     epoch_s = [x for x in chosen["epoch_seconds"] if x]
-    out = {"name": args.name, "overrides": args.overrides, "seed": args.seed, "base_lr": base_lr, "runs": runs,
-           "chosen_lr": chosen["lr"], "checks": checks, "cell_minutes": sum(epoch_s) / 60 if epoch_s else None,
-           "wall_minutes": (time.time() - start) / 60, "rules": "docs/lite_v2.md section 2",
-           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    out = {"name": args.name, "overrides": args.overrides, "seed": args.seed, "param": key, "base_lr": base_lr,
+           "tie_to": tie, "runs": runs, "chosen": chosen["lr"], "checks": checks,
+           "cell_minutes": sum(epoch_s) / 60 if epoch_s else None, "wall_minutes": (time.time() - start) / 60,
+           "rules": "docs/lite_v2.md section 2", "commit": commit}
     dest = ROOT / "results" / "pilots"
     dest.mkdir(parents=True, exist_ok=True)
     (dest / f"{args.name}.json").write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"# Lite-v2 pilot `{args.name}` (docs/lite_v2.md section 2)", "",
              f"`python scripts/lite_pilot.py --name {args.name} {' '.join(args.overrides)}` — seed {args.seed}, "
-             f"commit {out['commit']}, 2-core CPU, {args.parallel} one-thread cells at a time, {out['wall_minutes']:.0f} min.", "",
-             "| lr | valid PPL per epoch | best (epoch) | mean cos init → last | I(W) init → last | min/epoch |", "|---|---|---|---|---|---|"]
+             f"commit {commit}, 2-core CPU, {args.parallel} one-thread cells at a time, {out['wall_minutes']:.0f} min.", "",
+             f"| {key} | valid PPL per epoch | best (epoch) | mean cos init → last | I(W) init → last | min/epoch |",
+             "|---|---|---|---|---|---|"]
     for r in runs:
         curve = " ".join(f"{x:.1f}" for x in r["valid_ppl"])
         es = [x for x in r["epoch_seconds"] if x]
-        lines.append(f"| {r['lr']:g}{' (preset)' if r['factor'] == 1.0 else ''} | {curve} | {r['best_valid_ppl']:.2f} ({r['best_epoch']}) | "
-                     f"{r['init'].get('mean_cos', math.nan):.4f} → {r['mean_cos'][-1]:.4f} | {r['init'].get('isotropy', math.nan):.3g} → "
-                     f"{r['isotropy'][-1]:.3g} | {sum(es) / max(len(es), 1) / 60:.1f} |")
-    lines += ["", f"**Chosen lr: {chosen['lr']:g}** (lowest best validation PPL; within {100 * TIE:g} % of the preset's lr, the preset's).", "",
-              "Regime checks on the chosen run:", ""]
+        init = r["init"]
+        lines.append(f"| {r['lr']:g}{' (default)' if r['factor'] == 1.0 else ''} | {curve} | "
+                     f"{r['best_valid_ppl']:.2f} ({r['best_epoch']}) | {init.get('mean_cos', math.nan):.4f} → "
+                     f"{r['mean_cos'][-1]:.4f} | {init.get('isotropy', math.nan):.3g} → {r['isotropy'][-1]:.3g} | "
+                     f"{sum(es) / max(len(es), 1) / 60:.1f} |")
+    lines += ["", f"**Chosen {key}: {chosen['lr']:g}** (lowest best validation PPL; within {100 * TIE:g} % of the "
+              f"default's, the default: {tie:g}).", "", "Regime checks on the chosen run:", ""]
     lines += [f"- {k}: {'holds' if c['holds'] else '**does not hold**'} — {c['measured']}" for k, c in checks.items()]
     (dest / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
