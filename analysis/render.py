@@ -54,7 +54,7 @@ def _fmt(value, column: str) -> str:
         return f"{value:.1f}" if value < 100 else f"{value:.0f}"
     if column.startswith(("isotropy", "mean_cos", "cos_")):
         return f"{value:.3g}"
-    if column.startswith(("uniq_rare_over", "frac_", "centroid_", "sv_", "drift_cos", "nn_", "p_")) or \
+    if column.startswith(("uniq_rare_over", "frac_", "centroid_", "sv_", "drift_cos", "nn_", "p_", "onset_")) or \
             column.endswith("_gain"):  # ratios, fractions and probabilities (issue 23's metrics)
         return f"{value:.3g}"
     if column.startswith("uniq"):

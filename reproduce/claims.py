@@ -53,6 +53,9 @@ ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos",
                    "valid_ppl_curve_mean", "valid_ppl_gain", "test_ppl_gain")
 LM_RECORDED = ("uniq", "cos_rare_frequent", "uniq_target", "uniq_rare_over_human", "nn_rare_frac",
                "p_unk_nontarget", "p_articles_nontarget",
+               # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)
+               "onset_lag_medium_rare", "onset_lag_frequent_rare", "onset_frac_medium", "onset_frac_frequent",
+               *(f"degeneration_onset_{g}" for g in ("frequent", "medium", "rare")),
                *(f"{m}_{g}" for m in ("ppl", "uniq", "uniq_target", "isotropy") for g in ("frequent", "medium", "rare")))
 HOLDS, FAILS, TIE, UNDECIDED = "holds", "fails", "tie", "undecided"
 MARK = {HOLDS: "✓", FAILS: "✗", TIE: "≈", UNDECIDED: "–"}

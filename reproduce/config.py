@@ -169,6 +169,11 @@ class AnalysisConfig:
     groups: bool = True
     group_cutoffs: list[int] | None = None
     wordsim: bool = False
+    # Yu et al. 2022 Fig. 1: the groups' I(W) and the rare-frequent cosine traced at update 0 and every
+    # ``geometry_every`` updates up to ``geometry_until`` (null: the whole run), in ``result.json`` ``trace``
+    # (``geom_<metric>``); the onset metrics of analysis/record_metrics.py read it. null: no trace.
+    geometry_every: int | None = None
+    geometry_until: int | None = None
 
 
 @dataclass
@@ -572,7 +577,8 @@ def _drop(container: dict, dotted: str) -> None:
 
 # keys added after cells had run: left out of the hash at their default, so that the configs which do not use them
 # keep the hashes (and the ledger entries) they had before the key existed
-HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split"}
+HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split",
+                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None}
 
 
 def hashed_view(cfg: DictConfig) -> dict:

@@ -85,6 +85,18 @@ def group_geometry(task, model) -> dict:
             "cos_rare_frequent": group_cosines(weight, groups)["rare_frequent"]}
 
 
+def geometry_trace_point(task, model) -> dict:
+    """The Fig. 1 trace's values at one update (Yu et al. 2022): each group's I(W) and the rare-frequent cosine."""
+    from analysis.groups import group_cosines, group_isotropy
+
+    groups = task.groups()
+    weight = model.output_embedding.detach().float()
+    iso = group_isotropy(weight, {k: groups[k] for k in ("frequent", "medium", "rare")})
+    out = {f"geom_isotropy_{k}": iso[k] for k in ("frequent", "medium", "rare")}
+    out["geom_cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
+    return out
+
+
 class LMTask:
     def __init__(self, cfg, corpus, model, device):
         self.cfg, self.t, self.corpus, self.device = cfg, cfg.trainer, corpus, device

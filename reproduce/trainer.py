@@ -32,7 +32,7 @@ from reproduce.checkpoint import RunState
 from reproduce.errors import Preempted, SimulatedInterrupt, TrainingDiverged
 from reproduce.progress import progress_bar
 from reproduce.stages import INIT_EMBEDDING, run_stages
-from reproduce.tasks import make_task
+from reproduce.tasks import geometry_trace_point, make_task
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
@@ -195,6 +195,8 @@ class Trainer:
                 nll_sum.fill_(resume["nll_sum"])
                 n_tok = resume["n_tok"]
             task.restore_carried_state(resume["carried_state"])
+        if self.state.updates == 0:
+            self.trace_geometry()  # the initial weights: the trace's update 0
         start = time.time()
         desc = f"{self.state.stage} epoch {epoch}"
         bar = progress_bar(total=len(groups), initial=first, desc=desc, disable=not (t.progress and self.is_main),
@@ -211,6 +213,7 @@ class Trainer:
             n_tok += b_tok
             self.state.updates += 1
             done += 1
+            self.trace_geometry()
             bar.update(1)
             if step % check_every == 0 or step == len(groups) - 1:
                 self._check_finite(finite, desc, step, len(groups), step_lr)
@@ -239,6 +242,23 @@ class Trainer:
         mean = nll_total / max(tok_total, 1)
         return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr, "updates": self.state.updates,
                 "epoch_updates": done, "tokens_per_s": tok_total / max(seconds, 1e-9), "epoch_seconds": seconds}
+
+    def trace_geometry(self) -> None:
+        """Yu et al. 2022 Fig. 1: at update 0 and every ``trainer.analysis.geometry_every`` updates (up to
+        ``geometry_until``), each group's I(W) and the rare-frequent cosine into ``state.trace`` (``geom_*``), on
+        the weights ``validate`` reads."""
+        a = self.t.analysis
+        u = self.state.updates
+        if not a.geometry_every or (a.geometry_until is not None and u > a.geometry_until) or u % a.geometry_every:
+            return
+        trace = self.state.trace
+        if trace.get("geom_isotropy_frequent") and trace["geom_isotropy_frequent"][-1][0] >= u:
+            return  # recorded already (a resumed epoch's first update 0)
+        with optim.averaged_weights(self.params, self.optimizer):
+            point = geometry_trace_point(self.task, self.model)
+        for name, value in point.items():
+            if math.isfinite(value):  # an empty group has no I(W)
+                trace.setdefault(name, []).append([u, float(value)])
 
     def _check_finite(self, finite: torch.Tensor, desc: str, step: int, n_steps: int, step_lr: float) -> None:
         """TrainingDiverged (on every rank) if any rank's loss was NaN or infinite; checkpoints are written only at

@@ -3,9 +3,11 @@ budget, on a seed outside every table's (101), at the preset's lr x {0.5, 1, 2, 
 PPL wins (within 0.5 % of the preset's lr: the preset's); then the regime checks of section 2 on the chosen run.
 
     python scripts/lite_pilot.py --name yu_lm experiment=yu2022/lm6_wt103 objective=mle
-    python scripts/lite_pilot.py --name inan2017_small --checks overfits levelled experiment=inan2017/small objective=mle
+    python scripts/lite_pilot.py --name inan2017_small --checks overfits levelled -- experiment=inan2017/small objective=mle
     python scripts/lite_pilot.py --name yu_lm_agg_alpha --param objective.alpha --values 0.175 0.525 0.875 --tie-to 0.525 \
-        experiment=yu2022/lm6_wt103 objective=agg optim.lr=0.0014      # another setting's grid (section 2.3)
+        -- experiment=yu2022/lm6_wt103 objective=agg optim.lr=0.0028      # another setting's grid (section 2.3)
+
+(``--`` ends the options before the overrides where an option takes several values.)
 
 Two one-thread cells at a time (``--parallel``); each is an ordinary ``reproduce.train`` run in the ledger, so an
 interrupted pilot resumes. Writes ``results/pilots/<name>.json`` and ``.md`` (the runs, the checks, the decision).

@@ -114,3 +114,27 @@ def test_gains_per_seed_against_the_row_baseline_and_on_the_paper_numbers():
     assert ours[1][1]["test_ppl_gain"] == pytest.approx(0.05) and ours[1][2] is None   # an incomplete cell stays so
     assert ours[0][1]["test_ppl_gain"] == 0.0 and ours[0][2]["test_ppl_gain"] == 0.0   # the baseline itself
     assert paper[1]["test_ppl_gain"] == pytest.approx(0.1) and "valid_ppl_gain" not in paper[1]
+
+
+def test_degeneration_onsets_by_hand():
+    from analysis.record_metrics import degeneration_onset, onset_metrics
+
+    # I(0) = 1: the bound is 0.9; a one-point dip (u=4) does not count; u=12 and u=16 both <= 0.9: the onset is 12
+    assert degeneration_onset([[0, 1.0], [4, 0.85], [8, 0.95], [12, 0.9], [16, 0.8]], 4) == 12
+    assert degeneration_onset([[0, 1.0], [4, 0.85], [8, 0.88], [12, 0.95]], 4) == 4
+    assert degeneration_onset([[0, 1.0], [4, 0.95], [8, 0.89]], 4) == 8  # the last point counts alone
+    assert degeneration_onset([[0, 1.0], [4, 0.95], [8, 0.91]], 4) == 12  # none: censored at u_last + interval
+    assert math.isnan(degeneration_onset([[4, 1.0], [8, 0.5]], 4))  # no update 0
+    record = {"config": {"trainer": {"analysis": {"geometry_every": 4}}}, "trace": {
+        "geom_isotropy_rare": [[0, 0.9], [4, 0.7], [8, 0.6]],
+        "geom_isotropy_medium": [[0, 0.9], [4, 0.85], [8, 0.8]],
+        "geom_isotropy_frequent": [[0, 0.9], [4, 0.9], [8, 0.89]]}}
+    m = onset_metrics(record)
+    assert m["degeneration_onset_rare"] == 4 and m["degeneration_onset_medium"] == 8 and m["degeneration_onset_frequent"] == 12
+    assert m["onset_lag_medium_rare"] == 1 and m["onset_lag_frequent_rare"] == 2
+    assert m["onset_frac_medium"] == 1 and m["onset_frac_frequent"] == 1.5
+    # both censored: lag 0 (not "rare first"); no trace: no metrics
+    flat = {g: [[0, 0.9], [4, 0.9]] for g in ("rare", "medium", "frequent")}
+    m = onset_metrics({"config": record["config"], "trace": {f"geom_isotropy_{g}": v for g, v in flat.items()}})
+    assert m["onset_lag_medium_rare"] == 0 and m["onset_frac_frequent"] == 2
+    assert onset_metrics({"config": {}, "trace": {}}) == {}

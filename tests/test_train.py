@@ -16,7 +16,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 import reproduce.trainer as trainer_mod
-from reproduce.config import config_hash, finalize
+from reproduce.config import config_hash, finalize, hashed_view
 from reproduce.errors import ConfigError, TrainingDiverged
 from reproduce.optim import averaged_weights, nonmonotone_trigger
 from reproduce.train import train
@@ -280,3 +280,25 @@ def test_test_every_epoch_and_wandb_logger(compose_cfg, monkeypatch):
     assert all("test_ppl" in h for h in rec["history"])
     best = min(rec["history"], key=lambda h: h["valid_nll"])
     assert rec["metrics"]["final"]["test_ppl"] == pytest.approx(best["test_ppl"], rel=1e-9)
+
+
+def test_group_geometry_trace_at_update_0_and_every_n(compose_cfg, tmp_path):
+    """Yu Fig. 1's trace: the groups' I(W) at update 0 (the initial weights) and every N updates, each value equal
+    to a direct computation on the weights saved at that point (the initial embedding; the last epoch's)."""
+    from analysis.groups import frequency_groups, group_isotropy
+
+    rec = train(compose_cfg(*VD_SMOKE, "trainer.max_epochs=2", "scale.max_epochs=2", "trainer.analysis.geometry_every=3"))
+    trace = rec["trace"]
+    updates = [u for u, _ in trace["geom_isotropy_rare"]]
+    assert updates == list(range(0, rec["history"][-1]["updates"] + 1, 3))
+    assert set(trace) >= {f"geom_isotropy_{g}" for g in ("frequent", "medium", "rare")} | {"geom_cos_rare_frequent"}
+    run_dir = tmp_path / "out" / "runs" / rec["config_hash"]
+    init = torch.load(run_dir / "init_embedding.pt")
+    groups = frequency_groups(torch.load(run_dir / "vocab_counts.pt"))
+    direct = group_isotropy(init.float(), groups)
+    for g in ("frequent", "medium", "rare"):
+        assert trace[f"geom_isotropy_{g}"][0][1] == pytest.approx(direct[g], rel=1e-6)
+    # the trace leaves the hash of an untraced run alone (its default is left out of the hash)
+    plain = compose_cfg(*VD_SMOKE, "trainer.max_epochs=2", "scale.max_epochs=2")
+    assert config_hash(finalize(plain)) != rec["config_hash"]
+    assert "geometry_every" not in json.dumps(hashed_view(finalize(plain)))
