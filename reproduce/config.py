@@ -674,16 +674,28 @@ def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -
     hydra = GlobalHydra.instance()
     where = str(hydra.config_loader().get_sources()) if cache and hydra.is_initialized() else None
     key = (where, cache, tuple(o for o in overrides if _section_key(o)))
-    items, cfg = _SECTIONS_SEEN.get(key) if where is not None else None, None
+    items, cfg, composed_with = _SECTIONS_SEEN.get(key) if where is not None else None, None, None
     if items is None:
-        cfg = compose_fn(overrides)
+        cfg, composed_with = compose_fn(overrides), list(overrides)
         items = _sections(cfg)
+        # a section may choose a shared budget that sets objectives' values at that scale (conf/budget/*.yaml
+        # `objectives:`, merged over the preset's): read the sections again until they no longer change
+        for _ in range(3):
+            extra = _filtered(items, overrides)
+            if not extra:
+                break
+            composed_with = [*extra, *overrides]
+            cfg = compose_fn(composed_with)
+            again = _sections(cfg)
+            if again == items:
+                break
+            items = again
         if where is not None:
             _SECTIONS_SEEN[key] = items
     extra = _filtered(items, overrides)
-    if not extra:
-        return (cfg if cfg is not None else compose_fn(overrides)), list(overrides)
     overrides = [*extra, *overrides]
+    if cfg is not None and composed_with == overrides:
+        return cfg, overrides
     return compose_fn(overrides), overrides
 
 

@@ -51,6 +51,18 @@ def test_objective_values_come_from_the_preset_and_the_command_line_wins():
     assert "alpha" not in mle.objective  # an objective the preset does not name keeps its own fields
 
 
+def test_a_budget_sets_objective_values_at_its_scale_and_the_command_line_wins():
+    budget = _yaml("budget", "transformer_lm_lite.yaml")["objectives"]
+    preset = _yaml("experiment", "yu2022", "gpt2_wt103.yaml")["objectives"]
+    lite, paper, lite_ul, mine = _cells("yu2022/gpt2_wt103", ["scale=lite", "objective=agg"], ["scale=paper", "objective=agg"],
+                                        ["scale=lite", "objective=ul_agg_gated"],
+                                        ["scale=lite", "objective=agg", "objective.alpha=0.05"])
+    assert lite.objective.alpha == budget["agg"]["alpha"] != preset["agg"]["alpha"] == paper.objective.alpha
+    assert lite_ul.objective.alpha == budget["ul_agg_gated"]["alpha"]
+    assert lite_ul.objective.alpha_ul == preset["ul_agg_gated"]["alpha_ul"]  # what the budget does not set: the preset's
+    assert mine.objective.alpha == 0.05
+
+
 def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_line_wins():
     section = _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]
     lite, lite_mine, smoke, smoke_mine, paper = _cells(
