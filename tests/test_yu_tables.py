@@ -39,6 +39,9 @@ SETTINGS = {
 # AGG's alpha per setting (Yu Table 12: 0.03 for language modelling, 0.08 for translation)
 AGG_ALPHA = {"yu2022/gpt2_wt103": 0.03, "yu2022/lm6_wt103": 0.03, "yu2022/transformer_base_wmt14": 0.08,
              "yu2022/transformer_big_wmt14": 0.08}
+# lite v2 (issue 23, results/pilots/yu_lm*.md): the LM budget's own AGG alpha (the rare group's largest count in the
+# 160k-piece slice / 40 updates an epoch = 21 / 40), lr (7e-4 x 4) and epochs (the first with a gain < 2 %)
+LITE_LM = {"alpha": 0.525, "lr": 2.8e-3, "max_epochs": 9, "bpe_vocab_size": 2000}
 # one epoch of updates of the lite LM budget (conf/budget/transformer_lm_lite.yaml): static AGG's
 # switch point at lite (conf/table/yu2022_t9.yaml)
 LITE_EPOCH_UPDATES = 40  # 160,000 pieces / 16 = 10,000 rows; ceil(9,999 / 256) = 40
@@ -95,8 +98,9 @@ def test_yu_table_rows_resolve_to_the_intended_runs(table, scale, tmp_path):
             if key.startswith("objective."):
                 field = key.split(".", 1)[1]
                 assert OmegaConf.to_container(cfg.objective)[field] == override_value(overrides, key), (row.label, o)
-        if objective in ("agg", "ul_agg"):
-            assert cfg.objective.alpha == AGG_ALPHA[row.experiment]
+        if objective in ("agg", "ul_agg", "ul_agg_gated") and "objective.alpha" not in " ".join(overrides):
+            lite_lm = scale == "lite" and cfg.dataset.kind != "translation"
+            assert cfg.objective.alpha == (LITE_LM["alpha"] if lite_lm else AGG_ALPHA[row.experiment])
         if objective == "ul_agg":
             assert cfg.objective.alpha_ul == 1.0
         if cfg.dataset.kind != "translation":  # the LM settings: recipe and budgets
@@ -110,10 +114,11 @@ def test_yu_table_rows_resolve_to_the_intended_runs(table, scale, tmp_path):
                 assert tokens == 32768 and cfg.optim.lr == 7e-4 and cfg.optim.warmup_updates == 4000
                 assert cfg.trainer.max_updates == (40000 if row.experiment == "yu2022/lm6_wt103" else 50000)
             elif scale == "lite":
-                assert cfg.trainer.max_updates is None and cfg.trainer.max_epochs == 8
+                assert cfg.trainer.max_updates is None and cfg.trainer.max_epochs == LITE_LM["max_epochs"]
+                assert cfg.optim.lr == LITE_LM["lr"] and cfg.dataset.vocab_from == "slice"
                 assert cfg.trainer.batch_size * cfg.trainer.bptt == 4096 and cfg.trainer.update_freq == 1
                 assert cfg.optim.warmup_updates == 100 and cfg.dataset.train_tokens == 160000
-                assert (cfg.model.d_model, cfg.model.n_layers, cfg.dataset.bpe_vocab_size) == (128, 6, 8000)
+                assert (cfg.model.d_model, cfg.model.n_layers, cfg.dataset.bpe_vocab_size) == (128, 6, LITE_LM["bpe_vocab_size"])
             else:
                 assert cfg.model.d_model < 100 and cfg.dataset.train_tokens == 30000 and cfg.trainer.max_epochs == 1
 
