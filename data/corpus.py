@@ -47,7 +47,7 @@ import torch
 
 from core.errors import ConfigError, DataError
 from core.files import cache_write, remove_stale_cache_temps
-from data.bpe import EOS, UNK, train_bpe
+from data.bpe import EOS, SPECIALS, UNK, train_bpe
 from data.vocab import Vocab
 
 SPLITS = ("train", "valid", "test")
@@ -313,7 +313,7 @@ def _slice_vocab_corpus(cfg, lines: dict[str, list[str]], info: dict, cache_dir)
         ids = dict(blob["ids"])
         ids["train"] = ids["train"][: end - start]
         counts = torch.bincount(ids["train"], minlength=len(tokenizer))
-        vocab = Vocab(list(tokenizer.itos), counts, eos=tokenizer.vocab().eos, unk=tokenizer.vocab().unk)
+        vocab = Vocab(list(tokenizer.itos), counts, eos=SPECIALS[EOS], unk=SPECIALS[UNK])
         extras = {"tokenizer": "bpe", "bpe_vocab_size": cfg.bpe_vocab_size, "bpe_key": tokenizer.key,
                   "bpe_model": tokenizer.path, "window_lines": [first, last + 1], "oov": blob["oov"]}
         return ids, vocab, tokenizer, extras

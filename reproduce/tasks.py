@@ -76,25 +76,22 @@ def group_geometry(task, model) -> dict:
     al. 2022 Fig. 2); empty when ``trainer.analysis.groups`` is off."""
     if not task.t.analysis.groups:
         return {}
-    from analysis.groups import group_cosines, group_isotropy
-
-    groups = task.groups()
-    weight = model.output_embedding.detach().float()
-    iso = group_isotropy(weight, {k: groups[k] for k in ("frequent", "rare")})
-    return {"isotropy_frequent": iso["frequent"], "isotropy_rare": iso["rare"],
-            "cos_rare_frequent": group_cosines(weight, groups)["rare_frequent"]}
+    return _group_geometry(task, model, ("frequent", "rare"))
 
 
 def geometry_trace_point(task, model) -> dict:
     """The Fig. 1 trace's values at one update (Yu et al. 2022): each group's I(W) and the rare-frequent cosine."""
+    return {f"geom_{k}": v for k, v in _group_geometry(task, model, ("frequent", "medium", "rare")).items()}
+
+
+def _group_geometry(task, model, names: tuple[str, ...]) -> dict:
+    """``isotropy_<g>`` for the named groups and ``cos_rare_frequent`` of the output embedding."""
     from analysis.groups import group_cosines, group_isotropy
 
     groups = task.groups()
     weight = model.output_embedding.detach().float()
-    iso = group_isotropy(weight, {k: groups[k] for k in ("frequent", "medium", "rare")})
-    out = {f"geom_isotropy_{k}": iso[k] for k in ("frequent", "medium", "rare")}
-    out["geom_cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
-    return out
+    iso = group_isotropy(weight, {k: groups[k] for k in names})
+    return {**{f"isotropy_{k}": iso[k] for k in names}, "cos_rare_frequent": group_cosines(weight, groups)["rare_frequent"]}
 
 
 class LMTask:
