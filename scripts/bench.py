@@ -184,6 +184,7 @@ def bench_one(model_name: str, objective: str, args, device, run_dir: Path) -> d
         sync()
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
+    profile = profile_updates(update, sync, device, args.profile) if args.profile else None
     bf16 = use_bf16(cfg.trainer.precision, device)
     fpt = flops_per_token(model, cfg, context)
     peak = peak_flops(device, bf16)
@@ -205,10 +206,50 @@ def bench_one(model_name: str, objective: str, args, device, run_dir: Path) -> d
         "flops_per_token": fpt,
         "mfu": (fpt * tokens / median / peak) if peak else None,
     }
+    if profile is not None:
+        result["profile"] = profile
     print(f"{label:18s} {obj_label:26s} {result['precision']}: {result['tokens_per_s']:>12,.0f} tok/s  "
           f"step {median * 1e3:8.1f} ms  peak mem {result['peak_mem_gb'] or 0:6.2f} GB  "
           f"MFU {result['mfu'] * 100 if result['mfu'] else float('nan'):5.1f}%", flush=True)
     return result
+
+
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+            "cudaMemcpyAsync")
+
+
+def profile_updates(update, sync, device, n: int, rows: int = 25) -> dict:
+    """``n`` more updates under ``torch.profiler``, after the timed ones: the busy share of the device (its
+    kernels' summed time over the updates' wall time: far below 1 means the host, not the kernels, sets the
+    pace), the calls that wait for the device (``.item()``, synchronizations, copies), and the ops that take
+    the most device time (or host time on a CPU), as ``key_averages`` prints them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities, record_shapes=False) as prof:
+        start = time.perf_counter()
+        for _ in range(n):
+            update()
+        sync()
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+
+    def self_device_us(e) -> float:
+        return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
+
+    device_us = sum(self_device_us(e) for e in events) if cuda else None
+    sort = "self_cpu_time_total"
+    if cuda:
+        sort = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    return {
+        "updates": n,
+        "wall_s": wall,
+        "device_busy_share": (device_us / 1e6 / wall) if cuda and wall > 0 else None,
+        "host_waits": {e.key: e.count for e in events if e.key in SYNC_OPS},
+        "table": events.table(sort_by=sort, row_limit=rows, max_name_column_width=60),
+    }
 
 
 def add_ratios(results: list[dict]) -> None:
@@ -263,6 +304,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=1, help="measure every objective this many times, interleaved")
     parser.add_argument("--smoke", action="store_true", help="scale=smoke widths and tiny batches (CPU plumbing check)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after timing, profile N more updates (torch.profiler): device busy share, host waits, "
+                             "top ops; kept in the JSON under each result's 'profile'")
     parser.add_argument("--out", default=None, help="JSON path (default: print only)")
     args = parser.parse_args(argv)
     register_all()
