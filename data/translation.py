@@ -344,6 +344,13 @@ class TranslationBatch:
             moved[name] = moved[name].to(device, non_blocking=non_blocking)
         return TranslationBatch(**moved)
 
+    def pin_memory(self) -> TranslationBatch:
+        """The batch in page-locked host memory, so that ``to(cuda, non_blocking=True)`` does not block."""
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("src", "prev", "target", "src_lengths"):
+            moved[name] = moved[name].pin_memory()
+        return TranslationBatch(**moved)
+
     def __len__(self) -> int:
         return self.src.size(0)
 

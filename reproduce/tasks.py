@@ -326,17 +326,26 @@ class TranslationTask:
     def _forward(self, model, part, indices):
         from data.translation import collate
 
-        b = collate(part, indices).to(self.device)
+        b = collate(part, indices)
+        # the target rows (non-pad positions, row-major) are found on the host, where the batch is built, so
+        # selecting them on the device needs no device-to-host sync (boolean indexing would wait for the GPU)
+        seq, pos = (b.target != self.pad).nonzero(as_tuple=True)
+        rows = seq * b.target.size(1) + pos
+        if self.device.type == "cuda":  # pinned memory: the copies queue behind the running kernels, no wait
+            b = b.pin_memory()
+            seq, pos, rows = (x.pin_memory() for x in (seq, pos, rows))
+        b = b.to(self.device, non_blocking=True)
+        seq, pos, rows = (x.to(self.device, non_blocking=True) for x in (seq, pos, rows))
         out = model(b.src, b.prev)
-        mask = b.target != self.pad
-        return out.hidden[mask], b.target[mask], mask
+        hidden = out.hidden.reshape(-1, out.hidden.size(-1)).index_select(0, rows)
+        return hidden, b.target.reshape(-1).index_select(0, rows), TokenLayout(seq, pos, *b.target.shape)
 
     def loss(self, model, objective, batch, update: int):
         part = self.shard(batch)
         if not part:
             return self._empty_shard(model, objective, update)
-        hidden, target, mask = self._forward(model, self.corpus.train, part)
-        result = objective(hidden, target, model, update, layout=TokenLayout.from_mask(mask))
+        hidden, target, layout = self._forward(model, self.corpus.train, part)
+        result = objective(hidden, target, model, update, layout=layout)
         self.last_logs = result.logs
         return result.token_loss, result.nll.double() * target.numel(), target.numel()
 

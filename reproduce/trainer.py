@@ -44,6 +44,9 @@ class Trainer:
         self.cfg, self.t, self.o = cfg, cfg.trainer, cfg.optim
         self.model, self.objective, self.corpus, self.logger = model, objective, corpus, logger
         self.run_dir, self.device = Path(run_dir), device
+        if device.type == "cuda" and not optim.use_bf16(self.t.precision, device):
+            # fp32 means fp32: cuDNN (the LSTMs' kernel) runs in TF32 by default, PyTorch's own matmuls do not
+            torch.backends.cudnn.allow_tf32 = False
         self.is_main = dist.is_main()  # rank 0: prints, progress bars, files
         self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
         self.task = make_task(cfg, corpus, model, device)

@@ -239,7 +239,10 @@ def profile_updates(update, sync, device, n: int, rows: int = 25) -> dict:
     def self_device_us(e) -> float:
         return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
 
-    device_us = sum(self_device_us(e) for e in events) if cuda else None
+    from torch.autograd import DeviceType
+
+    # the kernels' (and copies') own rows only: an op's row repeats the time of the kernels it launched
+    device_us = sum(self_device_us(e) for e in events if e.device_type == DeviceType.CUDA) if cuda else None
     sort = "self_cpu_time_total"
     if cuda:
         sort = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"

@@ -89,6 +89,7 @@ def test_vd_lstm_trains_on_gpu_with_the_cpu_gradients(mask_scale):
     w_ih, w_hh, bias = torch.randn(4 * H, I) * 0.3, torch.randn(4 * H, H) * 0.3, torch.randn(4 * H) * 0.1
     mask = torch.bernoulli(torch.full((B, H), 0.7)) / 0.7
     grads = {}
+    torch.backends.cudnn.allow_tf32 = False  # fp32 on both sides, as the trainer sets at precision fp32
     for dev in ("cpu", "cuda"):
         ps = [t.detach().clone().to(dev).requires_grad_() for t in (x, w_ih, w_hh, bias)]  # leaves on each device
         out, h_n, c_n = lstm_layer(ps[0], h0.to(dev), c0.to(dev), ps[1], ps[2], ps[3], recurrent_mask=mask.to(dev),
