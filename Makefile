@@ -13,7 +13,7 @@ export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
 
 help:
 	@echo "make install                               install repdegen (editable) and its dependencies"
-	@echo "make test                                  the test suite, both tiers (CPU, ~10 min on 2 cores; what CI runs)"
+	@echo "make test                                  the test suite, both tiers, two workers (what CI runs)"
 	@echo "make test-fast                             the fast tier: no end-to-end tests (while cells train)"
 	@echo "make test-slow                             real-corpus tests (PTB/WikiText-2 from REPDEGEN_DATA_DIR)"
 	@echo "make reproduce-table TABLE=... SCALE=...   regenerate a paper table (smoke | lite | paper)"
@@ -29,12 +29,14 @@ install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
 	$(PYTHON) -m pip install -e ".[dev]"
 
+# pytest-xdist workers for `make test` / `make test-fast` (one per core on CI's 2 cores; TEST_WORKERS=0: one process)
+TEST_WORKERS ?= 2
 test:
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
 
 # the fast tier: everything but the end-to-end tests (subprocesses, training through the entry points)
 test-fast:
-	$(PYTHON) -m pytest -q -m "not slow and not gpu and not e2e"
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) -m "not slow and not gpu and not e2e"
 
 test-slow:
 	$(PYTHON) -m pytest -q -m slow

@@ -30,6 +30,7 @@ COLUMN_LABELS = {
     **{f"isotropy_{g}": f"I(W) {g}" for g in ("frequent", "medium", "rare")},
     **{f"wordsim_{d}": d.upper() for d in ("men", "ws353", "rg65", "rw")},
     "bleu": "SacreBLEU",
+    "subspace_distance": "Subspace distance (L^T, W)",
 }
 
 
@@ -52,7 +53,7 @@ def _fmt(value, column: str) -> str:
         return str(value)
     if column == "params":
         return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-    if column.startswith(("isotropy", "mean_cos", "cos_")):
+    if column.startswith(("isotropy", "mean_cos", "cos_", "subspace_")):
         return f"{value:.3g}"
     if column.startswith(("uniq_rare_over", "frac_", "centroid_", "sv_", "drift_cos", "nn_", "p_", "onset_")) or \
             column.endswith("_gain"):  # ratios, fractions and probabilities (issue 23's metrics)

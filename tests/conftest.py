@@ -14,7 +14,12 @@ from hydra import initialize_config_dir
 from reproduce.config import CONF_DIR, compose_config, register_all
 
 register_all()
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# one thread per pytest-xdist worker (`make test` runs one worker per core), else up to two
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the processes the end-to-end tests start, too
+else:
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 REAL_DATA = Path(os.environ.get("REPDEGEN_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
