@@ -38,3 +38,32 @@ def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device, c
     model.train(was_training)
     mean = nll_sum / count
     return {"nll": mean, "ppl": perplexity(mean), "tokens": count, "nll_sum": nll_sum}
+
+
+@torch.no_grad()
+def lm_hidden_states(model, ids: torch.Tensor, batch_size: int, bptt: int, device):
+    """The vectors the softmax multiplies by W (``out.hidden``) at every predicted position of ``ids``, read as
+    :func:`evaluate_nll` reads it (eval mode, the state carried across segments), one (N, d) block per segment."""
+    was_training = model.training
+    model.eval()
+    stream = batchify(ids, batch_size).to(device)
+    state = model.init_state(stream.size(1), device)
+    try:
+        for i in range(0, stream.size(0) - 1, bptt):
+            x, _ = get_batch(stream, i, bptt)
+            out = model(x, state)
+            state = out.state
+            yield out.hidden.reshape(-1, out.hidden.size(-1))
+    finally:
+        model.train(was_training)
+
+
+def frac_negative(hidden_blocks, direction: torch.Tensor) -> float:
+    """The share of the rows h (over all blocks) with h . direction < 0 (Gao et al. 2019 Sec. 1: the never-seen rows
+    drift in a direction negatively correlated with most hidden states); NaN without rows."""
+    neg, total = 0, 0
+    for h in hidden_blocks:
+        dots = h.double() @ direction.to(h.device, torch.float64)
+        neg += int((dots < 0).sum())
+        total += dots.numel()
+    return neg / total if total else float("nan")

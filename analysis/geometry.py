@@ -156,3 +156,13 @@ def finite_only(metrics: dict) -> dict:
     """The entries that are numbers (a group too small, a spectrum too short: left out, not recorded as NaN, which
     JSON does not define and which compares unequal to itself)."""
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def mean_unseen_drift(weight: torch.Tensor, init_weight: torch.Tensor, counts: torch.Tensor,
+                      specials: list[int]) -> torch.Tensor | None:
+    """d-bar = the mean over the never-seen rows U of (w_i - w0_i), unnormalised (docs/claims_audit/gao2019.md, section
+    4: ``frac_h_neg_drift_unseen``); None when U has fewer than ``MIN_GROUP`` rows."""
+    unseen = training_groups(counts, specials)["unseen"]
+    if unseen.numel() < MIN_GROUP:
+        return None
+    return (weight.detach().double().cpu()[unseen] - init_weight.double().cpu()[unseen]).mean(0)

@@ -50,7 +50,9 @@ ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos",
                    # analysis/geometry.py (final metrics), analysis/record_metrics.py and the gains (reproduce/table.py)
                    "frac_pos_cos", "centroid_ratio", "sv_norm_mean", "sv_ratio_3_2", "cos_excess_rare",
                    "drift_cos_unseen", "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent",
-                   "valid_ppl_curve_mean", "valid_ppl_gain", "test_ppl_gain")
+                   "valid_ppl_curve_mean", "valid_ppl_gain", "test_ppl_gain",
+                   # reproduce/stages.py final_metrics: a pass over the validation split when never-seen rows exist
+                   "frac_h_neg_drift_unseen")
 LM_RECORDED = ("uniq", "cos_rare_frequent", "uniq_target", "uniq_rare_over_human", "nn_rare_frac",
                "p_unk_nontarget", "p_articles_nontarget",
                # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)

@@ -165,8 +165,18 @@ def final_metrics(tr, weights: str) -> dict:
         from analysis.geometry import final_geometry
 
         init = tr.run_dir / INIT_EMBEDDING
-        metrics.update(final_geometry(tr.model.output_embedding, metrics["singular_values"], tr.task.train_counts(),
-                                      tr.task.special_ids(), torch.load(init) if init.is_file() else None))
+        init_weight = torch.load(init) if init.is_file() else None
+        counts, specials = tr.task.train_counts(), tr.task.special_ids()
+        metrics.update(final_geometry(tr.model.output_embedding, metrics["singular_values"], counts, specials,
+                                      init_weight))
+        if init_weight is not None:  # Gao Sec. 1: the never-seen rows' mean drift against the hidden states
+            from analysis.evaluate import frac_negative
+            from analysis.geometry import mean_unseen_drift
+
+            drift = mean_unseen_drift(tr.model.output_embedding, init_weight, counts, specials)
+            if drift is not None:
+                with tr.autocast():
+                    metrics["frac_h_neg_drift_unseen"] = frac_negative(tr.task.valid_hidden_states(tr.model), drift)
         with tr.autocast():
             metrics.update(tr.task.final_extras(tr.model, tr.run_dir, Path(weights).stem))
     return metrics

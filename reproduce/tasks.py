@@ -192,6 +192,14 @@ class LMTask:
         return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs,
                                 n_specials=4 if self.corpus.tokenizer is not None else 0)
 
+    def valid_hidden_states(self, model):
+        """The softmax inputs at every predicted position of the validation split, read as valid PPL is."""
+        from analysis.evaluate import lm_hidden_states
+
+        t = self.t
+        bptt = t.eval_bptt if (t.eval_batch_size > 1 or self.stateless) else max(t.eval_bptt, 256)
+        return lm_hidden_states(model, self.corpus.valid, t.eval_batch_size, bptt, self.device)
+
     def train_counts(self) -> torch.Tensor:
         """Occurrences of each type in the training tokens this run trains on (after train_start/train_tokens)."""
         return torch.bincount(self.corpus.train.reshape(-1).cpu(), minlength=len(self.corpus.vocab))
@@ -377,6 +385,19 @@ class TranslationTask:
         nll_sum, count = dist.sum_over_ranks(nll_sum, count)
         mean = nll_sum / max(count, 1)
         return {"nll": mean, "ppl": math.exp(min(mean, 700)), "tokens": int(count)}
+
+    @torch.no_grad()
+    def valid_hidden_states(self, model):
+        """The decoder's final outputs at the non-pad target positions of the validation split (what the softmax
+        multiplies by W), in eval mode, one block per batch."""
+        was_training = model.training
+        model.eval()
+        part = self.corpus.split("valid")
+        try:
+            for indices in self._batches("valid", shuffle=False):
+                yield self._forward(model, part, indices)[0]
+        finally:
+            model.train(was_training)
 
     @torch.no_grad()
     def translate_split(self, model, split: str) -> list[str]:

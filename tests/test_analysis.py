@@ -380,3 +380,38 @@ def test_figures_write_png_files(tmp_path):
     assert alphas == [0.01, 0.03] and m == pytest.approx([21.51, 21.53]) and n == [2, 2]
     assert sd == pytest.approx([math.sqrt(0.5)] * 2)
     assert is_png(plot_sweep_metric([SweepSeries("AGG", alphas, m, sd)], tmp_path / "alpha.png", "PPL", "alpha"))
+
+
+def test_hidden_states_of_the_segments_are_one_long_forward_and_frac_negative_counts_them():
+    """``lm_hidden_states`` in BPTT segments with the state carried = the hidden states of one forward over the
+    whole batchified stream (the model in eval mode); ``frac_negative`` = a per-row count of h . d < 0."""
+    from analysis.evaluate import frac_negative, lm_hidden_states
+    from data.batching import batchify
+
+    model = tiny_lm(1).train()
+    ids = torch.randint(0, V, (203,), generator=torch.Generator().manual_seed(3))
+    blocks = list(lm_hidden_states(model, ids, 4, 7, torch.device("cpu")))
+    assert model.training  # restored
+    stream = batchify(ids, 4)
+    model.eval()
+    with torch.no_grad():
+        whole = model(stream[:-1], model.init_state(4, torch.device("cpu"))).hidden
+    assert torch.allclose(torch.cat(blocks), whole.reshape(-1, whole.size(-1)), atol=1e-6)
+    d = torch.randn(whole.size(-1), generator=torch.Generator().manual_seed(4))
+    rows = whole.reshape(-1, whole.size(-1))
+    want = sum(1 for r in rows if float(r.double() @ d.double()) < 0) / rows.size(0)
+    assert frac_negative(blocks, d) == pytest.approx(want)
+    assert math.isnan(frac_negative([], d))
+
+
+def test_mean_unseen_drift_by_hand():
+    from analysis.geometry import MIN_GROUP, mean_unseen_drift
+
+    n = MIN_GROUP + 10
+    counts = torch.tensor([5, 0, 3] + [0] * (n - 3))  # ids 1, 3.. unseen; id 0 a special
+    init = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+    weight = init + torch.arange(n, dtype=torch.float32)[:, None] * torch.tensor([1.0, -1.0, 0.0, 2.0])
+    unseen = [1] + list(range(3, n))
+    want = torch.tensor([sum(unseen) / len(unseen) * c for c in (1.0, -1.0, 0.0, 2.0)], dtype=torch.float64)
+    assert torch.allclose(mean_unseen_drift(weight, init, counts, specials=[0]), want)
+    assert mean_unseen_drift(weight[:10], init[:10], counts[:10], specials=[0]) is None  # under MIN_GROUP unseen rows
