@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench  # noqa: E402
+
 from data.translation import PAD, ParallelSplit, collate  # noqa: E402
 from losses import TokenLayout  # noqa: E402
 from reproduce.config import register_all  # noqa: E402
