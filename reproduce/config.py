@@ -23,6 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from reproduce.domains import check_domains
 from reproduce.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -536,6 +537,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
             "trainer.generation.batch_size",
         ),
     )
+    check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/domains.py)
     _check_data_model(cfg)
     from losses import validate_objective
     from models import check_tie, resolve_tie, validate_model

@@ -68,7 +68,9 @@ def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_li
     lite, lite_mine, smoke, smoke_mine, paper = _cells(
         "inan2017/small", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"], ["scale=smoke"],
         ["scale=smoke", "trainer.max_epochs=2"], ["scale=paper"])
-    assert lite.trainer.max_epochs == section["trainer.max_epochs"] == 3 and lite.optim.lr_decay == section["optim.lr_decay"]
+    assert lite.trainer.max_epochs == section["trainer.max_epochs"] == 7
+    assert lite.optim.decay_after_epoch == section["optim.decay_after_epoch"] != paper.optim.decay_after_epoch
+    assert lite.dataset.vocab_from == section["dataset.vocab_from"] == "slice" and paper.dataset.vocab_from == "split"
     assert lite.dataset.train_tokens == section["dataset.train_tokens"] and paper.dataset.train_tokens is None
     assert lite_mine.trainer.max_epochs == 5
     smoke_file = _yaml("scale", "smoke.yaml")
@@ -141,4 +143,5 @@ def test_sections_found_once_are_not_mixed_up_between_presets_or_scales():
     assert [c.objective.alpha for c in cells] == [h650] * 3 and other.objective.alpha == h200 != h650
     lite, smoke, lite_again = _cells("inan2017/small", ["scale=lite", "seed=5"], ["scale=smoke", "seed=5"],
                                      ["scale=lite", "seed=6"])
-    assert lite.trainer.max_epochs == lite_again.trainer.max_epochs == 3 and smoke.trainer.max_epochs == 1
+    lite_epochs = _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]["trainer.max_epochs"]
+    assert lite.trainer.max_epochs == lite_again.trainer.max_epochs == lite_epochs != 1 == smoke.trainer.max_epochs
