@@ -488,11 +488,7 @@ def _check_data_model(cfg: DictConfig) -> None:
             f"dataset.src_lang={d.src_lang!r}, dataset.tgt_lang={d.tgt_lang!r}: a translation corpus needs two different "
             f"languages, e.g. dataset.src_lang=en dataset.tgt_lang=de"
         )
-    if t.get("retrain_sessions", 0) < 0:
-        raise ConfigError(f"trainer.retrain_sessions={t.retrain_sessions} must be >= 0 (0: one training session; "
-                          f"1: Inan et al. 2017's footnote-5 re-training from the first session's best weights)")
-    if not 0.0 <= t.label_smoothing < 1.0:
-        raise ConfigError(f"trainer.label_smoothing={t.label_smoothing} must be in [0, 1)")
+    # numeric bounds (retrain_sessions >= 0, label_smoothing in [0, 1), ...): reproduce/domains.py, checked before this
     if t.precision == "bf16" and t.device == "cpu":
         print("repdegen: note: trainer.precision=bf16 on the CPU is slow; it is meant for GPUs")
     if cfg.optim.schedule == "inverse_sqrt" and cfg.optim.name != "adam":

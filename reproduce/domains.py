@@ -67,7 +67,7 @@ DOMAINS: dict[str, str] = {
     "optim.clip_grad_norm": "float>=0",
     "optim.eps": "float>0",
     "optim.momentum": "[0,1)",
-    "optim.nonmono": "int>0",
+    "optim.nonmono": "int>=0",
     "optim.warmup_init_lr": "float>=0",
     "optim.warmup_updates": "int>=0",
     "optim.weight_decay": "float>=0",
@@ -93,6 +93,14 @@ DOMAINS: dict[str, str] = {
                                        "cache_window", "update_freq", "max_updates", "min_width")},
     **{f"scale.{k}": "int>=0" for k in ("finetune_epochs", "warmup_updates", "gpus")},
     "scale.width_mult": "(0,1]",
+}
+
+
+# what a key means, added to its domain error where the bounds alone do not say it
+HINTS = {
+    "trainer.retrain_sessions": "0: one training session; 1: Inan et al. 2017's footnote-5 re-training from the first "
+                                "session's best weights",
+    "trainer.label_smoothing": "the share of the target's probability spread over the vocabulary; 0: none",
 }
 
 
@@ -198,5 +206,6 @@ def check_domains(cfg) -> None:
             raise ConfigError(f"{key}={value!r} is not an integer: expected {domain.describe()}; "
                               f"set {key}={max(int(value), int(domain.example()))}")
         if not domain.contains(value):
-            raise ConfigError(f"{key}={value!r} is outside its domain: expected {domain.describe()}; "
+            hint = f" ({HINTS[key]})" if key in HINTS else ""
+            raise ConfigError(f"{key}={value!r} is outside its domain: expected {domain.describe()}{hint}; "
                               f"set {key}=<a value in it>, e.g. {key}={domain.example()}")

@@ -105,6 +105,8 @@ class TableConfig:
     seeds: dict[str, list[int]] = field(default_factory=dict)
     # what differs from the paper at a scale, beyond what the cells' configs say (shown in the header)
     differences: dict[str, str] = field(default_factory=dict)
+    # a figure's points as rows (Inan 2017 Fig. 1): the paper prints no number for most of them, so rows may have none
+    figure: bool = False
 
 
 @dataclass
