@@ -32,7 +32,7 @@ install:
 # pytest-xdist workers for `make test` / `make test-fast` (one per core on CI's 2 cores; TEST_WORKERS=0: one process)
 TEST_WORKERS ?= 2
 test:
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS)
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # the fast tier: everything but the end-to-end tests (subprocesses, training through the entry points)
 test-fast:
