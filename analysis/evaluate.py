@@ -10,6 +10,26 @@ from analysis.metrics import perplexity
 from data.batching import batchify, get_batch
 
 
+def _segments(model, ids: torch.Tensor, batch_size: int, bptt: int, device, columns: slice | None = None):
+    """(model output, targets) of each ``bptt`` segment of ``ids`` read as ``batch_size`` columns (only ``columns``
+    of them, if given), in eval mode with the state carried across segments; the model's mode is restored after."""
+    was_training = model.training
+    model.eval()
+    stream = batchify(ids, batch_size)
+    if columns is not None:
+        stream = stream[:, columns].contiguous()
+    stream = stream.to(device)
+    state = model.init_state(stream.size(1), device)
+    try:
+        for i in range(0, stream.size(0) - 1, bptt):
+            x, y = get_batch(stream, i, bptt)
+            out = model(x, state)
+            state = out.state
+            yield out, y
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device, columns: slice | None = None) -> dict:
     """Mean NLL and PPL of ``ids`` (1-D) read as ``batch_size`` columns in ``bptt`` segments, with the
@@ -20,22 +40,11 @@ def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device, c
     (e.g. ``slice(r, None, W)``: rank r of W) reads only those columns of the ``batch_size``: the
     columns are independent, so the sums over a partition of the columns add up to the whole's.
     """
-    was_training = model.training
-    model.eval()
-    stream = batchify(ids, batch_size)
-    if columns is not None:
-        stream = stream[:, columns].contiguous()
-    stream = stream.to(device)
-    state = model.init_state(stream.size(1), device)
     nll_sum, count = 0.0, 0
-    for i in range(0, stream.size(0) - 1, bptt):
-        x, y = get_batch(stream, i, bptt)
-        out = model(x, state)
-        state = out.state
+    for out, y in _segments(model, ids, batch_size, bptt, device, columns):
         logits = model.logits(out.hidden.reshape(-1, out.hidden.size(-1)))
         nll_sum += nn.functional.cross_entropy(logits.float(), y.reshape(-1), reduction="sum").item()
         count += y.numel()
-    model.train(was_training)
     mean = nll_sum / count
     return {"nll": mean, "ppl": perplexity(mean), "tokens": count, "nll_sum": nll_sum}
 
@@ -44,18 +53,8 @@ def evaluate_nll(model, ids: torch.Tensor, batch_size: int, bptt: int, device, c
 def lm_hidden_states(model, ids: torch.Tensor, batch_size: int, bptt: int, device):
     """The vectors the softmax multiplies by W (``out.hidden``) at every predicted position of ``ids``, read as
     :func:`evaluate_nll` reads it (eval mode, the state carried across segments), one (N, d) block per segment."""
-    was_training = model.training
-    model.eval()
-    stream = batchify(ids, batch_size).to(device)
-    state = model.init_state(stream.size(1), device)
-    try:
-        for i in range(0, stream.size(0) - 1, bptt):
-            x, _ = get_batch(stream, i, bptt)
-            out = model(x, state)
-            state = out.state
-            yield out.hidden.reshape(-1, out.hidden.size(-1))
-    finally:
-        model.train(was_training)
+    for out, _ in _segments(model, ids, batch_size, bptt, device):
+        yield out.hidden.reshape(-1, out.hidden.size(-1))
 
 
 def frac_negative(hidden_blocks, direction: torch.Tensor) -> float:

@@ -178,7 +178,7 @@ class LMTask:
     def evaluate(self, model, split: str, batch_size: int | None = None) -> dict:
         t = self.t
         bs = batch_size or (t.eval_batch_size if split == "valid" else t.test_batch_size)
-        bptt = t.eval_bptt if (bs > 1 or self.stateless) else max(t.eval_bptt, 256)
+        bptt = self.eval_bptt(bs)
         if self.world == 1 or bs % self.world:  # one process, or every rank reads the whole split
             return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device)
         part = evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device,
@@ -196,9 +196,14 @@ class LMTask:
         """The softmax inputs at every predicted position of the validation split, read as valid PPL is."""
         from analysis.evaluate import lm_hidden_states
 
+        bs = self.t.eval_batch_size
+        return lm_hidden_states(model, self.corpus.valid, bs, self.eval_bptt(bs), self.device)
+
+    def eval_bptt(self, batch_size: int) -> int:
+        """The segment length a split is read with at ``batch_size``: at batch 1 a recurrent state is carried, so
+        longer segments give the same result faster (at least 256)."""
         t = self.t
-        bptt = t.eval_bptt if (t.eval_batch_size > 1 or self.stateless) else max(t.eval_bptt, 256)
-        return lm_hidden_states(model, self.corpus.valid, t.eval_batch_size, bptt, self.device)
+        return t.eval_bptt if (batch_size > 1 or self.stateless) else max(t.eval_bptt, 256)
 
     def train_counts(self) -> torch.Tensor:
         """Occurrences of each type in the training tokens this run trains on (after train_start/train_tokens)."""
@@ -214,7 +219,7 @@ class LMTask:
     def test_reading(self) -> tuple[int, int]:
         """(batch size, BPTT) the test split is read with for the final analysis passes."""
         bs = self.t.test_batch_size
-        return bs, (self.t.eval_bptt if (bs > 1 or self.stateless) else max(self.t.eval_bptt, 256))
+        return bs, self.eval_bptt(bs)
 
     # Inan et al. 2017, Sec. 6.4: the probability of <unk>, and of the articles, where they are not the next word
     MASS_SETS = {"p_unk_nontarget": ("<unk>",), "p_articles_nontarget": ("a", "an", "the")}
