@@ -9,7 +9,7 @@
   frequent groups or the rare-frequent cosine (Yu Fig. 2).
 * :func:`plot_rare_group_size`: size of AGG's dynamic rare group against training step (Yu Fig. 4).
 * Yu Fig. 5 (metrics against AGG's alpha, mean +- std over seeds) is a sweep's plot:
-  ``make sweep-alpha`` then ``reproduce.aggregate`` (``analysis/sweep_figures.py``).
+  ``make sweep-alpha`` then ``reproduce.runs.sweeps`` (``analysis/sweep_figures.py``).
 
 Every function writes ``path`` (parent folders created) and returns it as a ``Path``.
 """

@@ -32,8 +32,8 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from reproduce.config import register_all
 from reproduce.errors import ConfigError, exit_on_user_error
+from reproduce.spec.config import register_all
 
 register_all()
 
@@ -68,7 +68,7 @@ def analyze(app: DictConfig) -> dict:
     )
     from analysis.inspection import continuation_uniq, nearest_neighbours, subspace_distance, top_predictions
     from models import build_model
-    from reproduce.tasks import LMTask
+    from reproduce.engine.tasks import LMTask
     from reproduce.train import load_any_corpus, pick_device
     from reproduce.translate import _read_record, load_weights_file, resolve_checkpoint
 
@@ -78,7 +78,7 @@ def analyze(app: DictConfig) -> dict:
     cfg = OmegaConf.create(record["config"])
     if cfg.dataset.kind != "lm":
         raise ConfigError(f"{run_dir} is a {cfg.dataset.kind} run; reproduce.analyze reads language models "
-                          f"(the embedding figures of translation runs are written by reproduce.table)")
+                          f"(the embedding figures of translation runs are written by reproduce.runs.tables)")
     device = pick_device(app.device)
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
     model = build_model(cfg.model, len(corpus.vocab), cfg.model.tie_weights)

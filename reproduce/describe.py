@@ -7,7 +7,7 @@ config with where each value comes from.
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
 
 The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
-override or a preset's section sets (``all=true``: schema defaults too), then the config hash (see :mod:`reproduce.sources`).
+override or a preset's section sets (``all=true``: schema defaults too), then the config hash (see :mod:`reproduce.spec.sources`).
 
 The vocabulary size is counted from the corpus when it is in a local directory (``REPDEGEN_DATA_DIR``),
 else taken from ``dataset.vocab_size`` (the papers' value); the output says which. The model
@@ -25,8 +25,8 @@ import torch
 from omegaconf import DictConfig
 
 from models import build_model, resolve_tie
-from reproduce.config import config_hash, finalize, register_all
 from reproduce.errors import exit_on_user_error
+from reproduce.spec.config import config_hash, finalize, register_all
 from reproduce.train import hydra_choices, plain_config
 
 register_all()
@@ -88,7 +88,7 @@ def table_cell(table: str, row: str | None, scale: str, seed: int | None, extra:
     from hydra import compose
 
     from reproduce.errors import ConfigError
-    from reproduce.table import all_table_names, expand_cells
+    from reproduce.runs.tables import all_table_names, expand_cells
 
     if table not in all_table_names():
         raise ConfigError(f"table={table!r} is not a table; tables: {', '.join(all_table_names())}")
@@ -119,8 +119,8 @@ def annotated(args: list[str]) -> str:
     """The text of ``describe table=... row=...`` or ``describe experiment=... sources=true``."""
     from hydra import initialize_config_dir
 
-    from reproduce.config import CONF_DIR, config_hash
-    from reproduce.sources import compose_with_sources, format_sources
+    from reproduce.spec.config import CONF_DIR, config_hash
+    from reproduce.spec.sources import compose_with_sources, format_sources
 
     args = list(args)
     show_all = (_pop_flag(args, "all") or "false").lower() == "true"

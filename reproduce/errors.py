@@ -2,8 +2,8 @@
 expected, and how to fix it. Entry points print it as one line (``repdegen: error: ...``) without a
 traceback and exit with :data:`EXIT_USER_ERROR`.
 
-Exit statuses of every entry point (``reproduce.train``, ``reproduce.table``, ``reproduce.launch``,
-``reproduce.analyze``, ``reproduce.translate``, ``reproduce.describe``, ``reproduce.aggregate``):
+Exit statuses of every entry point (``reproduce.train``, ``reproduce.table``, ``reproduce.runs.launch``,
+``reproduce.analyze``, ``reproduce.translate``, ``reproduce.describe``, ``reproduce.runs.sweeps``):
 
 * 0 (:data:`EXIT_OK`): done;
 * 1 (:data:`EXIT_FAILED`): a run failed (diverged, a bug: its log says why) or a table has cells that did
@@ -34,7 +34,7 @@ EXIT_PREEMPTED = 3
 EXIT_INTERRUPTED = 130
 
 
-# how a training run ends other than complete (reproduce.trainer raises them, reproduce.train reports them)
+# how a training run ends other than complete (reproduce.engine.trainer raises them, reproduce.train reports them)
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -217,11 +217,11 @@ def _reraise(ex: BaseException):
     return func
 
 
-FAILURE_NOTE = "failure.json"  # in a Hydra job's folder: why a job of a sweep that raised failed (reproduce.aggregate)
+FAILURE_NOTE = "failure.json"  # in a Hydra job's folder: why a job of a sweep that raised failed (reproduce.runs.sweeps)
 
 
 def write_failure_note(job_dir, error: BaseException) -> None:
-    """``failure.json`` in a job folder: the error a job raised, for ``reproduce.aggregate`` to say why it failed."""
+    """``failure.json`` in a job folder: the error a job raised, for ``reproduce.runs.sweeps`` to say why it failed."""
     from pathlib import Path
 
     from core.files import atomic_write_json

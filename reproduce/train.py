@@ -7,7 +7,7 @@
 The run lives in ``<paths.runs_dir>/<config hash>/``. A run already complete there is reported, not
 repeated; an interrupted one continues with ``trainer.resume=true``.
 
-On several devices (:mod:`reproduce.distributed`; the batch settings are global, so the result and
+On several devices (:mod:`reproduce.engine.distributed`; the batch settings are global, so the result and
 the config hash do not depend on the number of ranks):
 
     torchrun --standalone --nproc_per_node=4 -m reproduce.train experiment=yu2022/gpt2_wt103 objective=agg
@@ -40,9 +40,11 @@ from core.files import atomic_torch_save, remove_stale_temps
 from data.corpus import load_corpus
 from losses import build_objective
 from models import build_model, resolve_tie
-from reproduce import distributed as dist
-from reproduce.checkpoint import CORRUPT_CHECKPOINT_FIX
-from reproduce.config import config_hash, finalize, register_all
+from reproduce.engine import distributed as dist
+from reproduce.engine.checkpoint import CORRUPT_CHECKPOINT_FIX
+from reproduce.engine.loggers import make_logger
+from reproduce.engine.tasks import check_world_size
+from reproduce.engine.trainer import Trainer
 from reproduce.errors import (
     EXIT_PREEMPTED,
     ConfigError,
@@ -54,11 +56,9 @@ from reproduce.errors import (
     mark_task_started,
     write_failure_note,
 )
-from reproduce.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
-from reproduce.loggers import make_logger
-from reproduce.provenance import command_line, git_commit, hardware
-from reproduce.tasks import check_world_size
-from reproduce.trainer import Trainer
+from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
+from reproduce.runs.provenance import command_line, git_commit, hardware
+from reproduce.spec.config import config_hash, finalize, register_all
 
 register_all()
 
@@ -120,7 +120,7 @@ def run_label(cfg: DictConfig) -> str:
 
 
 class RunLockedError(ConfigError):
-    """The run is being trained by another live process (``reproduce.launch`` reports it as running
+    """The run is being trained by another live process (``reproduce.runs.launch`` reports it as running
     elsewhere, not as failed)."""
 
     def __init__(self, message: str, holder: str):
@@ -324,7 +324,7 @@ def hydra_choices() -> dict:
 def apply_preset(cfg: DictConfig) -> DictConfig:
     """The config composed again with the experiment preset's sections for this objective and scale (``objectives:``,
     ``scales:``; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at lite); the command line wins."""
-    from reproduce.config import preset_overrides
+    from reproduce.spec.config import preset_overrides
 
     task = list(HydraConfig.get().overrides.task)
     extra = preset_overrides(cfg, task)
@@ -353,7 +353,7 @@ def in_multirun() -> bool:
 def _train_in_multirun(cfg: DictConfig) -> dict:
     """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
     (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
-    exiting the process, and the job's ``failure.json`` says why, for ``reproduce.aggregate``."""
+    exiting the process, and the job's ``failure.json`` says why, for ``reproduce.runs.sweeps``."""
     mark_task_started()
     try:
         return train(cfg)
@@ -367,7 +367,7 @@ def _train_in_multirun(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Returns the final validation PPL (the value a Hydra sweeper such as Optuna minimizes). A
-    preempted run requeues its SLURM job (:func:`reproduce.distributed.requeue_if_slurm`) and exits
+    preempted run requeues its SLURM job (:func:`reproduce.engine.distributed.requeue_if_slurm`) and exits
     with :data:`EXIT_PREEMPTED`."""
     cfg.choices = hydra_choices()
     cfg = apply_preset(cfg)

@@ -23,9 +23,9 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from reproduce.config import GenerationConfig, register_all
+from reproduce.engine.progress import progress_bar
 from reproduce.errors import ConfigError, DataError, exit_on_user_error
-from reproduce.progress import progress_bar
+from reproduce.spec.config import GenerationConfig, register_all
 
 register_all()
 
@@ -77,7 +77,7 @@ def _read_record(run_dir: Path) -> dict:
         raise ConfigError(
             f"{run_dir} has no result.json: checkpoint= must be a run directory of reproduce.train (or a file in one)"
         )
-    from reproduce.ledger import read_record
+    from reproduce.runs.ledger import read_record
 
     return read_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
 
@@ -92,7 +92,7 @@ def other_weights(weights: Path) -> str:
 
 
 def load_weights_file(weights: Path) -> dict:
-    from reproduce.ledger import load_torch_file
+    from reproduce.runs.ledger import load_torch_file
 
     return load_torch_file(weights, "weights file", other_weights(weights))
 

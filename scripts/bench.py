@@ -4,7 +4,7 @@
         --precision bf16 --out results/bench/h100-bf16.json
     python scripts/bench.py --models transformer_lm6 --objectives mle cosreg --smoke   # CPU plumbing check
 
-What is timed is the trainer's own optimizer update, :meth:`reproduce.trainer.Trainer.train_update`,
+What is timed is the trainer's own optimizer update, :meth:`reproduce.engine.trainer.Trainer.train_update`,
 the function ``reproduce.train`` calls: autocast forward, the objective, token-weighted backward of
 ``--update-freq`` micro-batches, gradient sync, the objective's once-per-update penalty, clipping,
 the optimizer step of the recipe, the objective's ``after_update``. The trainer is built from the
@@ -45,10 +45,10 @@ from hydra import initialize_config_dir  # noqa: E402
 from data.corpus import Corpus, Vocab  # noqa: E402
 from losses import build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
-from reproduce.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
-from reproduce.optim import use_bf16  # noqa: E402
-from reproduce.provenance import git_commit, hardware  # noqa: E402
-from reproduce.trainer import Trainer  # noqa: E402
+from reproduce.engine.optim import use_bf16  # noqa: E402
+from reproduce.engine.trainer import Trainer  # noqa: E402
+from reproduce.runs.provenance import git_commit, hardware  # noqa: E402
+from reproduce.spec.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 
 # peak dense tensor throughput (FLOP/s) by device name fragment: (bf16, fp32/tf32-off)
 PEAK_FLOPS = {

@@ -35,8 +35,8 @@ def choose(results: dict[tuple[float, str], float]) -> tuple[float, str]:
 def grid_hashes(objective: str, runs_dir: str) -> dict[tuple[float, str], str]:
     from hydra import initialize_config_dir
 
-    from reproduce.config import CONF_DIR, config_hash, finalize, register_all
-    from reproduce.table import compose_cell
+    from reproduce.runs.tables import compose_cell
+    from reproduce.spec.config import CONF_DIR, config_hash, finalize, register_all
 
     register_all()
     out = {}
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default="outputs/runs")
     p.add_argument("--write", action="store_true")
     args = p.parse_args(argv)
-    from reproduce.ledger import Ledger
+    from reproduce.runs.ledger import Ledger
 
     hashes = grid_hashes(args.objective, args.runs_dir)
     ledger = Ledger(args.runs_dir, repair=False)  # read only: a corrupt record is an error naming the file

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     import torch
 
-    from reproduce.provenance import git_commit, hardware
+    from reproduce.runs.provenance import git_commit, hardware
 
     before = bench_rate(args)
     with tempfile.TemporaryDirectory(prefix="repdegen-epoch-") as tmp:

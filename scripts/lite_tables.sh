@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run lite tables one after another, two one-thread cells at a time (cells shared between tables run once: the
-# ledger), each rendered into results/tables/<t>/lite/ as it completes. Register first (reproduce.table does, before
+# ledger), each rendered into results/tables/<t>/lite/ as it completes. Register first (reproduce.runs.tables does, before
 # it launches anything) and commit the registrations before the cells run (docs/claims.md, pre-registration).
 #   nohup bash scripts/lite_tables.sh yu2022_t3 yu2022_t10 > outputs/logs/lite_tables.log 2>&1 &
 # A table that does not complete stops the list (the log says why); run the same command again to resume.

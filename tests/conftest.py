@@ -11,7 +11,7 @@ import pytest
 import torch
 from hydra import initialize_config_dir
 
-from reproduce.config import CONF_DIR, compose_config, register_all
+from reproduce.spec.config import CONF_DIR, compose_config, register_all
 
 register_all()
 # one thread per pytest-xdist worker (`make test` runs one worker per core), else up to two
@@ -81,7 +81,7 @@ def requires_real_data(*names: str):
 # (marker e2e) when it starts subprocesses or trains through the entry points, which is read from its own source.
 # A test that trains through a helper of its module can say so with @pytest.mark.e2e.
 E2E_PATTERNS = ("subprocess.", "run_table(", "run_tables(", "= train(", "train(compose_cfg", "train(cfg", "bench.main(",
-                "reproduce.launch", "torch.distributed.run")
+                "reproduce.runs.launch", "torch.distributed.run")
 
 
 def is_end_to_end(fn) -> bool:

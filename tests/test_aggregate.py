@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from analysis.render import _fmt
 from analysis.sweep_figures import use_log_x
-from reproduce.aggregate import (
+from reproduce.results.render import _fmt
+from reproduce.runs.sweeps import (
     AggregateCallback,
     AggregateError,
     aggregate,
@@ -26,7 +26,7 @@ from reproduce.aggregate import (
     parse_overrides,
     swept_keys,
 )
-from reproduce.aggregate import run as run_aggregate
+from reproduce.runs.sweeps import run as run_aggregate
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LSTM = ("experiment=inan2017/small", "scale=smoke", "trainer.progress=false")
@@ -87,7 +87,7 @@ def test_the_callback_writes_the_expected_table(sweep):
             assert float(csv_rows[gamma][f"{m}_mean"]) == pytest.approx(mean, rel=1e-12)
             assert float(csv_rows[gamma][f"{m}_std"]) == pytest.approx(std, rel=1e-9, abs=1e-12)
         assert csv_rows[gamma]["n"] == "2"
-        # the Markdown table comes from the tables' renderer (analysis.render): ours = mean±sd, no paper column
+        # the Markdown table comes from the tables' renderer (reproduce.results.render): ours = mean±sd, no paper column
         valid = [r["metrics"]["final"]["valid_ppl"] for r in recs]
         mean_sd = f"{_fmt(statistics.mean(valid), 'valid_ppl')}±{_fmt(statistics.stdev(valid), 'valid_ppl')}"
         assert f"| {gamma:g} | {mean_sd} |" in md
@@ -168,7 +168,7 @@ def test_clear_errors(sweep, tmp_path):
 
 
 def test_swept_keys_ignore_seeds_run_control_and_hydra_keys():
-    from reproduce.aggregate import Job
+    from reproduce.runs.sweeps import Job
 
     lines = [["objective.alpha=0.001", "seed=1", "paths.output_dir=/a", "hydra.sweep.dir=/x", "scale=smoke"],
              ["objective.alpha=1e-3", "seed=2", "paths.output_dir=/b", "hydra.sweep.dir=/y", "scale=smoke"],
@@ -200,7 +200,7 @@ def test_optuna_searches_and_the_study_is_aggregated(tmp_path, tiny_data):
 
 def test_values_a_preset_set_are_read_from_the_run():
     """A key missing from a job's command line takes the value its run used (a pooled baseline, a preset)."""
-    from reproduce.aggregate import Job
+    from reproduce.runs.sweeps import Job
 
     record = {"choices": {"objective": "cosreg"}, "config": {"objective": {"name": "cosreg", "gamma": 1.0}, "seed": 3}}
     job = Job(dir=Path("0"), overrides=["seed=3"], params=parse_overrides(["seed=3"]), record=record)
@@ -220,10 +220,10 @@ def test_values_a_preset_set_are_read_from_the_run():
 def test_sweep_presets_compose_with_their_grid_and_the_callback(preset, key, objective, experiment):
     from hydra import compose, initialize_config_dir
 
-    from reproduce.config import CONF_DIR
+    from reproduce.spec.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"+sweep={preset}", "scale=smoke"], return_hydra_config=True)
     assert cfg.objective.name == objective and cfg.hydra.runtime.choices.experiment == experiment
     assert set(cfg.hydra.sweeper.params) == {key, "seed"} and len(str(cfg.hydra.sweeper.params[key]).split(",")) >= 4
-    assert cfg.hydra.callbacks.aggregate._target_ == "reproduce.aggregate.AggregateCallback"
+    assert cfg.hydra.callbacks.aggregate._target_ == "reproduce.runs.sweeps.AggregateCallback"

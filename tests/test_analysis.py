@@ -370,7 +370,7 @@ def test_figures_write_png_files(tmp_path):
     assert is_png(plot_rare_group_size([1, 2, 3], [500, 300, 350], tmp_path / "rare.png"))
     # Yu Fig. 5: a metric against alpha, mean +- sample std over seeds (the sweep aggregation's statistics and plot)
     from analysis.sweep_figures import SweepSeries, plot_sweep_metric
-    from reproduce.aggregate import mean_std
+    from reproduce.runs.sweeps import mean_std
 
     rows = [{"alpha": a, "seed": s, "ppl": 20 + a + s, "uniq": 100 * a, "isotropy": 0.5} for a in (0.01, 0.03) for s in (1, 2)]
     alphas = sorted({r["alpha"] for r in rows})

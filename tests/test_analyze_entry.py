@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from reproduce.analyze import AnalyzeConfig, analyze
-from reproduce.config import finalize
 from reproduce.errors import ConfigError
+from reproduce.spec.config import finalize
 from reproduce.train import train
 
 

@@ -21,8 +21,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from reproduce.config import CONF_DIR, compose_config, config_hash, finalize
 from reproduce.errors import EXIT_USER_ERROR, ConfigError, as_user_error, condense_hydra_error, exit_on_user_error
+from reproduce.spec.config import CONF_DIR, compose_config, config_hash, finalize
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ("model=vd_lstm_small", "dataset=ptb", "objective=mle", "scale=smoke", "trainer.progress=false")
@@ -126,7 +126,7 @@ def table_app(tmp_path: Path, tiny_data: Path, *extra: str):
 
 @pytest.mark.parametrize("content", ['{"status": "comp', "[1, 2]"], ids=["truncated", "list"])
 def test_render_only_names_a_corrupt_record_and_changes_nothing(content, tmp_path, tiny_data, capsys):
-    from reproduce.table import expand_cells, run_tables
+    from reproduce.runs.tables import expand_cells, run_tables
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, "render_only=true")
@@ -264,7 +264,7 @@ def test_the_tying_error_names_the_users_widths_and_its_fix_works(compose_cfg):
 
 # ---- the table's overrides= syntax ------------------------------------------------------------------------
 def test_table_overrides_list_syntax():
-    from reproduce.table import split_cell_args
+    from reproduce.runs.tables import split_cell_args
 
     for arg in ("overrides=[trainer.device=cpu,model.foo=[1,2]]", 'overrides=["trainer.device=cpu","model.foo=[1,2]"]'):
         own, cell = split_cell_args(["table=x", arg])
@@ -273,7 +273,7 @@ def test_table_overrides_list_syntax():
 
 # ---- concurrent tables ------------------------------------------------------------------------------------
 def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_data, monkeypatch, capsys):
-    import reproduce.table as table_mod
+    import reproduce.runs.tables as table_mod
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, "render_only=true")
@@ -296,8 +296,8 @@ def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_dat
 
 
 def test_a_cell_trained_elsewhere_is_waited_for_not_failed(trained, tmp_path, capsys):
-    from reproduce.launch import Job, LaunchConfig, LocalScheduler, write_cell_config
-    from reproduce.ledger import Ledger
+    from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, write_cell_config
+    from reproduce.runs.ledger import Ledger
 
     out, cfg, run_dir = trained
     cfg = finalize(cfg)
@@ -326,7 +326,7 @@ def test_cells_die_with_a_killed_table_process(tmp_path):
     scheduler that started it is killed, even by SIGKILL."""
     parent = subprocess.Popen([sys.executable, "-c", (
         "import subprocess, sys, time\n"
-        "from reproduce.launch import _die_with_parent\n"
+        "from reproduce.runs.launch import _die_with_parent\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True,"
         " preexec_fn=_die_with_parent())\n"
         "print(child.pid, flush=True)\n"
@@ -350,7 +350,7 @@ def test_cells_die_with_a_killed_table_process(tmp_path):
 
 # ---- progress in a log ----------------------------------------------------------------------------------
 def test_progress_in_a_log_is_lines_not_carriage_returns():
-    from reproduce.progress import progress_bar
+    from reproduce.engine.progress import progress_bar
 
     log = io.StringIO()
     bar = progress_bar(total=200, desc="train epoch 1", unit="update", file=log, min_seconds=0)

@@ -8,8 +8,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import reproduce.table  # noqa: F401  (registers the table schema)
-from reproduce.claims import (
+import reproduce.runs.tables  # noqa: F401  (registers the table schema)
+from reproduce.errors import ConfigError
+from reproduce.results.claims import (
     FAILS,
     HOLDS,
     TIE,
@@ -26,9 +27,8 @@ from reproduce.claims import (
     tally,
     validate_claims,
 )
-from reproduce.config import CONF_DIR
-from reproduce.errors import ConfigError
-from reproduce.table import TableConfig, expand_cells, scale_names
+from reproduce.runs.tables import TableConfig, expand_cells, scale_names
+from reproduce.spec.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 

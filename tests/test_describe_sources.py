@@ -10,9 +10,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from reproduce.config import CONF_DIR, config_hash
-from reproduce.sources import compose_with_sources, flatten
-from reproduce.table import expand_cells
+from reproduce.runs.tables import expand_cells
+from reproduce.spec.config import CONF_DIR, config_hash
+from reproduce.spec.sources import compose_with_sources, flatten
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from reproduce import distributed as dist
-from reproduce.config import finalize
+from reproduce.engine import distributed as dist
 from reproduce.errors import ConfigError
+from reproduce.spec.config import finalize
 from reproduce.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -235,7 +235,7 @@ def test_requeue_only_under_slurm(tmp_path, monkeypatch):
 
 
 def test_lm_batch_must_divide_by_the_world_size(compose_cfg):
-    from reproduce.tasks import check_world_size
+    from reproduce.engine.tasks import check_world_size
 
     cfg = finalize(compose_cfg("experiment=inan2017/small"))
     check_world_size(cfg, 4)  # 20 columns: 5 per rank

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.domains import DOMAINS, check_domains, domain_of, numeric_leaves, parse_domain
 from reproduce.errors import ConfigError
+from reproduce.spec.domains import DOMAINS, check_domains, domain_of, numeric_leaves, parse_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = sorted((ROOT / "tests" / "golden" / "configs").glob("*.yaml"))

@@ -24,8 +24,8 @@ from models.generation import (
     translate,
 )
 from models.lstm_lm import LSTMLMConfig
-from reproduce.config import GenerationConfig
 from reproduce.errors import ConfigError
+from reproduce.spec.config import GenerationConfig
 
 PAD, EOS = 0, 1
 

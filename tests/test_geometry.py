@@ -12,8 +12,8 @@ import torch
 
 from analysis import geometry
 from analysis.record_metrics import valid_ppl_curve_mean
-from analysis.render import RenderedRow
-from reproduce.table import add_gains
+from reproduce.results.render import RenderedRow
+from reproduce.runs.tables import add_gains
 
 
 def cos(a, b) -> float:

@@ -1,4 +1,4 @@
-"""The scheduler (reproduce.launch) and the ledger under concurrency: cells run in their own
+"""The scheduler (reproduce.runs.launch) and the ledger under concurrency: cells run in their own
 processes, a failing cell does not stop the others, an interrupted table continues with only its
 missing cells, several tables share their cells, and concurrent writers never lose or corrupt an entry."""
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from reproduce.config import CONF_DIR, compose_config
-from reproduce.launch import EXIT_COMPLETE, EXIT_USER_ERROR, Job, LaunchConfig, LocalScheduler, SubmititScheduler
-from reproduce.ledger import Ledger, RunLocked
-from reproduce.table import expand_cells, parse_table_names, run_table, run_tables
+from reproduce.runs.launch import EXIT_COMPLETE, EXIT_USER_ERROR, Job, LaunchConfig, LocalScheduler, SubmititScheduler
+from reproduce.runs.ledger import Ledger, RunLocked
+from reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
+from reproduce.spec.config import CONF_DIR, compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,7 +115,7 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
     """With 3 (pretend) GPUs: a 2-GPU cell runs under torchrun on two, a 1-GPU cell beside it on the
     third; a cell asking for more GPUs than exist gets them all. The commands, not real GPUs, are
     checked: each fake process records what it was started with."""
-    import reproduce.launch as launch
+    import reproduce.runs.launch as launch
 
     monkeypatch.setattr(launch, "visible_gpus", lambda requested: [0, 1, 2])
     started = []
@@ -143,7 +143,7 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
 def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):
     """launch.parallel=2 without GPUs: two cells start at once, each told to use half of the cores
     (OMP_NUM_THREADS), unless the user set OMP_NUM_THREADS; one cell at a time keeps torch's default."""
-    import reproduce.launch as launch
+    import reproduce.runs.launch as launch
 
     monkeypatch.setattr(launch, "visible_gpus", lambda requested: [])
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
@@ -188,7 +188,7 @@ def test_submitit_backend_runs_cells_with_its_local_executor(tiny_data, tmp_path
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("inan2016_t1", tmp_path, tiny_data)
         cells = expand_cells(app)[:2]
-    from reproduce.launch import jobs_for
+    from reproduce.runs.launch import jobs_for
 
     jobs = jobs_for(cells, app.paths.runs_dir)
     sched = SubmititScheduler(jobs, LaunchConfig(poll_seconds=0.5), {"_cluster": "local", "timeout_min": 10},
@@ -202,7 +202,7 @@ def test_submitit_backend_runs_cells_with_its_local_executor(tiny_data, tmp_path
 def test_run_cell_exit_status_names_a_bad_config(tmp_path):
     cfg = tmp_path / "cell.yaml"
     cfg.write_text("model: {name: nope}\n")
-    out = subprocess.run([sys.executable, "-m", "reproduce.launch", str(cfg)], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "reproduce.runs.launch", str(cfg)], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode in (EXIT_USER_ERROR, 1) and out.stderr
 
@@ -307,7 +307,7 @@ def test_every_table_is_in_one_smoke_group():
 def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
     """`torchrun ... experiment=yu2022/gpt2_medium_agg` trains the run the Yu tables' AGG rows name
     (one config hash), as one 8-GPU cell at paper scale and one GPU at lite."""
-    from reproduce.config import config_hash, finalize
+    from reproduce.spec.config import config_hash, finalize
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         alias = finalize(compose_config(["experiment=yu2022/gpt2_medium_agg"]))
@@ -321,7 +321,7 @@ def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
 def test_epoch_progress_line_of_a_running_cell():
     """Hand-worked: 2 of 10 epochs done in session 1 of 2, an epoch = 100 s training + 20 s validation, so at most
     (10 - 2) + 10 epochs x 120 s = 36 min left."""
-    from reproduce.launch import epoch_progress
+    from reproduce.runs.launch import epoch_progress
 
     record = {"config": {"trainer": {"max_epochs": 10, "retrain_sessions": 1, "early_stopping": 5}},
               "history": [{"stage": "train", "epoch": e, "session": 1, "valid_ppl": p, "epoch_seconds": 100.0,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.render import RenderedRow
-from reproduce.config import finalize
-from reproduce.loggers import WandbLogger, flatten, log_table, make_logger, table_rows
+from reproduce.engine.loggers import WandbLogger, flatten, log_table, make_logger, table_rows
+from reproduce.results.render import RenderedRow
+from reproduce.spec.config import finalize
 
 REPO = Path(__file__).resolve().parents[1]
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reproduce.config import finalize
+from reproduce.spec.config import finalize
 from reproduce.train import EXIT_PREEMPTED, load_any_corpus, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_carried_state_is_resharded_for_another_world_size(compose_cfg, preset):
     """A mid-epoch checkpoint written by 2 ranks, resumed by 1, 4 or 5: rank r continues with columns
     r::W of the whole batch's recurrent state."""
     from models import build_model
-    from reproduce.tasks import LMTask, _map_state
+    from reproduce.engine.tasks import LMTask, _map_state
 
     cfg = finalize(compose_cfg(*preset, "scale=smoke", "trainer.batch_size=20"))
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)

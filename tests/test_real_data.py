@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from reproduce.config import CONF_DIR, compose_config
-from reproduce.table import run_table
+from reproduce.runs.tables import run_table
+from reproduce.spec.config import CONF_DIR, compose_config
 from tests.conftest import REAL_DATA, requires_real_data
 
 pytestmark = [pytest.mark.slow, requires_real_data("ptb", "wikitext-2")]

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import pytest
 from omegaconf import OmegaConf
 
-import reproduce.table  # noqa: F401  (registers the table schema)
-from reproduce import registration
+import reproduce.runs.tables  # noqa: F401  (registers the table schema)
 from reproduce.errors import UserError
-from reproduce.table import TableConfig
+from reproduce.runs import registration
+from reproduce.runs.tables import TableConfig
 
 
 def make_table(margin=None, seeds=None, text="New beats Base", quote="q"):

@@ -14,10 +14,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from analysis.render import _delta, _fmt
 from reproduce import report
-from reproduce.config import CONF_DIR
-from reproduce.ledger import Ledger
+from reproduce.results.render import _delta, _fmt
+from reproduce.runs.ledger import Ledger
+from reproduce.spec.config import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ["trainer.test_batch_size=10"]
@@ -27,7 +27,7 @@ OVERRIDES = ["trainer.test_batch_size=10"]
 def tiny_results(tiny_data, tmp_path_factory):
     """One trained cell of inan2016_t1 at smoke in a tmp ledger, and a results folder holding a committed
     rendering of another table (no ledger entries here), a figure, a benchmark, a sanity check and notes."""
-    from reproduce.table import expand_cells
+    from reproduce.runs.tables import expand_cells
     from reproduce.train import train
 
     root = tmp_path_factory.mktemp("report")
@@ -36,7 +36,7 @@ def tiny_results(tiny_data, tmp_path_factory):
         app = compose("table_app", overrides=["table=inan2016_t1", "scale=smoke", f"paths.runs_dir={runs}",
                                               f"paths.tables_dir={results / 'tables'}"])
         # the data directory and progress bar are not in the config hash; the test batch size is (a faster
-        # test pass): the report is given it, as reproduce.table would be
+        # test pass): the report is given it, as reproduce.runs.tables would be
         app.overrides = [f"dataset.data_dir={tiny_data}", "trainer.progress=false", *OVERRIDES]
         cells = expand_cells(app)
     first = cells[0]
@@ -67,7 +67,7 @@ def tiny_results(tiny_data, tmp_path_factory):
 def _rerender_and_report(tiny) -> Path:
     """What `make rerender` then `python -m reproduce.report` do: the table rendered from the ledger (render only),
     then the README from results/."""
-    from reproduce.table import run_tables
+    from reproduce.runs.tables import run_tables
 
     app = tiny["app"].copy()
     app.render_only = True
@@ -181,7 +181,7 @@ def test_slug_and_demote():
 
 
 def test_the_project_readme_gets_the_claims_headline(tmp_path):
-    from reproduce.report import STATUS_END, STATUS_START, claims_headline, sync_status_line
+    from reproduce.results.report import STATUS_END, STATUS_START, claims_headline, sync_status_line
 
     results_readme = ("# Reproduced results\n\n## Claims\n\n**3 of 7 claims shown at `lite`** (1 not shown, 3 not yet decided; "
                       "2 more cannot be decided at `lite`).\n\n| Table | Claim |\n")
@@ -203,7 +203,7 @@ def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tiny_results):
     """cells.json's `command` stays the one that trained the cells (what a reader reruns) through a render-only
     pass, which says in `rendered_by` how it was made; a cells.json with only a render-only command (older reports)
     gets the table's training command back."""
-    from reproduce.table import training_command
+    from reproduce.runs.tables import training_command
 
     out = tiny_results["results"] / "tables" / "inan2016_t1" / "smoke"
     _rerender_and_report(tiny_results)
@@ -229,7 +229,7 @@ def test_a_v1_rendering_shows_no_verdict_and_a_claim_na_at_a_scale_is_counted_th
     a claim marked na at lite is not one of lite's decidable claims."""
     from omegaconf import OmegaConf
 
-    from reproduce.report import _verdicts, claim_scales
+    from reproduce.results.report import _verdicts, claim_scales
 
     out = tmp_path / "tables" / "t" / "lite"
     out.mkdir(parents=True)

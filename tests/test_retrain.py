@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from reproduce.config import config_hash, finalize
 from reproduce.errors import ConfigError
+from reproduce.spec.config import config_hash, finalize
 from reproduce.train import train
 
 from .test_train import VD_SMOKE, final_numbers, history_numbers
@@ -41,7 +41,7 @@ def test_second_session_restarts_the_schedule_from_the_first_sessions_best_weigh
 
 def test_session_two_starts_from_session_ones_best_weights(compose_cfg, tmp_path, monkeypatch):
     """The weights session 2 trains from are byte-equal to the first session's best (best_session1.pt)."""
-    import reproduce.stages as stages
+    import reproduce.engine.stages as stages
 
     seen = {}
     real = stages.start_next_session

@@ -13,9 +13,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import reproduce.train as train_mod
-from analysis.render import RenderedRow, to_csv, to_latex, to_markdown
-from reproduce.config import CONF_DIR
-from reproduce.table import expand_cells, run_table
+from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
+from reproduce.runs.tables import expand_cells, run_table
+from reproduce.spec.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 
@@ -70,7 +70,7 @@ def test_every_table_expands_at_every_scale(table, scale, tmp_path):
 
 def test_rows_selects_the_cells_to_run_and_names_bad_rows(tmp_path):
     from reproduce.errors import ConfigError
-    from reproduce.table import selected_cells
+    from reproduce.runs.tables import selected_cells
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("inan2017_t1", "paper", tmp_path)
@@ -166,7 +166,7 @@ def test_a_failing_cell_does_not_stop_the_others(tiny_data, tmp_path, monkeypatc
 
 
 def test_command_line_splits_cell_overrides():
-    from reproduce.table import split_cell_args
+    from reproduce.runs.tables import split_cell_args
 
     own, cell = split_cell_args(["table=x", "scale=lite", "trainer.device=cuda", "logger=wandb", "+model.foo=1",
                                  "paths.output_dir=o", "render_only=true", "seed=3", "scale.max_epochs=2"])

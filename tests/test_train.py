@@ -15,10 +15,10 @@ import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 
-import reproduce.trainer as trainer_mod
-from reproduce.config import config_hash, finalize, hashed_view
+import reproduce.engine.trainer as trainer_mod
+from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
 from reproduce.errors import ConfigError, TrainingDiverged
-from reproduce.optim import averaged_weights, nonmonotone_trigger
+from reproduce.spec.config import config_hash, finalize, hashed_view
 from reproduce.train import train
 
 REPO = Path(__file__).resolve().parents[1]

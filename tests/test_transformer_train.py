@@ -23,10 +23,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
-from reproduce.config import CONF_DIR, GenerationConfig, compose_config, finalize
+from reproduce.engine.trainer import Trainer
 from reproduce.errors import ConfigError
+from reproduce.spec.config import CONF_DIR, GenerationConfig, compose_config, finalize
 from reproduce.train import load_any_corpus, train
-from reproduce.trainer import Trainer
 
 WORDS = "red blue green cat dog bird runs sits sleeps big small the a on under".split()
 GERMAN = dict(zip(WORDS, "rot blau gruen katze hund vogel laeuft sitzt schlaeft gross klein der ein auf unter".split()))
@@ -358,7 +358,7 @@ def test_translate_entrypoint_reproduces_the_runs_hypotheses(mt_run, mt_corpus, 
 # 7. gao2019_t2 at smoke scale, end to end on the tiny corpus
 # --------------------------------------------------------------------------------------------------
 def test_gao2019_t2_smoke_table_end_to_end(mt_corpus, tmp_path):
-    from reproduce.table import run_table
+    from reproduce.runs.tables import run_table
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose("table_app", overrides=["table=gao2019_t2", "scale=smoke", f"paths.output_dir={tmp_path}/out",
@@ -393,7 +393,7 @@ def test_gao2019_t2_smoke_table_end_to_end(mt_corpus, tmp_path):
 @pytest.mark.parametrize("init_lr", [0.0, 1e-7])
 def test_inverse_sqrt_schedule_is_fairseqs(init_lr):
     lr, warmup = 7e-4, 4000
-    from reproduce.optim import lr_for_update
+    from reproduce.engine.optim import lr_for_update
 
     o = SimpleNamespace(lr=lr, warmup_updates=warmup, warmup_init_lr=init_lr)
     for update in (0, 1, warmup // 2, warmup - 1, warmup, 4 * warmup, 100_000):

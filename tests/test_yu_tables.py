@@ -13,8 +13,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from reproduce.config import CONF_DIR
-from reproduce.table import expand_cells, runs_at
+from reproduce.runs.tables import expand_cells, runs_at
+from reproduce.spec.config import CONF_DIR
 
 YU_TABLES = ["yu2022_t1", "yu2022_t2", "yu2022_t3", "yu2022_t4", "yu2022_t6", "yu2022_t7", "yu2022_t8", "yu2022_t9",
              "yu2022_t10", "yu2022_t11"]
@@ -197,7 +197,7 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     from types import SimpleNamespace
 
     from data.corpus import load_corpus
-    from reproduce.tasks import LMTask
+    from reproduce.engine.tasks import LMTask
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("yu2022_t9", "lite", tmp_path)

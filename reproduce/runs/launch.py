@@ -6,11 +6,11 @@ time, or on a SLURM cluster through submitit.
     python -m reproduce.table table=all scale=paper hydra/launcher=submitit_slurm \\
         hydra.launcher.partition=gpu hydra.launcher.timeout_min=4320      # one SLURM job per cell
 
-A cell is one training config (``reproduce.table.Cell``). Each cell runs in its own process, so a
+A cell is one training config (``reproduce.runs.tables.Cell``). Each cell runs in its own process, so a
 crash, an out-of-memory kill or a bug in one cell cannot take the others down:
 
-    python -m reproduce.launch <runs_dir>/<hash>/cell.yaml               # one process
-    torchrun --standalone --nproc_per_node=K -m reproduce.launch <cell.yaml>   # trainer.gpus = K > 1
+    python -m reproduce.runs.launch <runs_dir>/<hash>/cell.yaml               # one process
+    torchrun --standalone --nproc_per_node=K -m reproduce.runs.launch <cell.yaml>   # trainer.gpus = K > 1
 
 Its output goes to ``<runs_dir>/<hash>/train.log`` (appended, one header line per attempt). The exit
 status of that process says what happened (:data:`EXIT_COMPLETE`, ...). A cell is always started
@@ -20,13 +20,13 @@ Scheduling (:class:`LocalScheduler`): cells wait in order; a cell that wants ``t
 starts as soon as K GPUs are free (at most the number of GPUs there are, so the same table also runs
 on a smaller machine: the batch settings are global, so fewer ranks train the same model). Without
 GPUs, ``launch.parallel`` cells (default 1) run at a time on the CPU. Ctrl-C stops every cell (each
-writes a checkpoint at its next update, see ``reproduce.trainer``) and the same command later
+writes a checkpoint at its next update, see ``reproduce.engine.trainer``) and the same command later
 continues where they were.
 
 SLURM (:class:`SubmititScheduler`): one submitit job per cell, ``tasks_per_node`` = the cell's GPUs;
 the cluster parameters come from Hydra's submitit launcher config (``hydra/launcher=submitit_slurm``
 and its ``hydra.launcher.*`` keys), so they are set the way every Hydra user sets them. A job that
-reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduce.distributed``).
+reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduce.engine.distributed``).
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from reproduce.engine.progress import is_terminal
 from reproduce.errors import EXIT_PREEMPTED
-from reproduce.ledger import STATUS_COMPLETE, Ledger
-from reproduce.progress import is_terminal
+from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 
-# exit statuses of `python -m reproduce.launch <cell.yaml>` (reproduce.errors documents 0-3)
+# exit statuses of `python -m reproduce.runs.launch <cell.yaml>` (reproduce.errors documents 0-3)
 EXIT_COMPLETE = 0
 EXIT_FAILED = 1  # the run raised (diverged, a bug): its log says why
 EXIT_USER_ERROR = 2  # bad config or data, a corrupt file, a read-only or full disk (exit_on_user_error)
@@ -232,8 +232,8 @@ class Progress:
 def cell_command(job: Job, gpu_ids: list[int], ddp: bool) -> list[str]:
     if ddp and len(gpu_ids) > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(gpu_ids)}",
-                "-m", "reproduce.launch", str(job.cfg_path)]
-    return [sys.executable, "-m", "reproduce.launch", str(job.cfg_path)]
+                "-m", "reproduce.runs.launch", str(job.cfg_path)]
+    return [sys.executable, "-m", "reproduce.runs.launch", str(job.cfg_path)]
 
 
 def cpu_threads_per_cell(parallel: int) -> int:
@@ -531,7 +531,7 @@ class SubmititScheduler:
 def load_cell_config(cfg_path: Path) -> DictConfig:
     """A cell's saved config on the current schema: fields added to the code since it was written
     take their defaults (which leave the experiment, and so its hash, unchanged)."""
-    from reproduce.config import Config
+    from reproduce.spec.config import Config
 
     base = OmegaConf.structured(Config)
     OmegaConf.set_struct(base, False)
@@ -542,7 +542,7 @@ def run_cell(cfg_path: Path) -> int:
     """Train the cell of ``cfg_path`` (resuming it); the exit status says how it ended."""
     import traceback
 
-    from reproduce import distributed as dist
+    from reproduce.engine import distributed as dist
     from reproduce.errors import as_user_error, report_user_error
     from reproduce.train import RunLockedError, train
 
@@ -551,7 +551,7 @@ def run_cell(cfg_path: Path) -> int:
             from reproduce.errors import ConfigError
 
             raise ConfigError(f"{cfg_path} does not exist; expected a cell config <runs_dir>/<hash>/cell.yaml as "
-                              f"reproduce.table writes it: give its path, or run the table")
+                              f"reproduce.runs.tables writes it: give its path, or run the table")
         record = train(load_cell_config(cfg_path))
     except RunLockedError as err:
         print(f"repdegen: {err}", file=sys.stderr, flush=True)
@@ -609,7 +609,7 @@ def jobs_for(cells, runs_dir: str | Path, tables_of: dict[str, list[str]] | None
 
 def main() -> None:
     if len(sys.argv) != 2:
-        print("usage: python -m reproduce.launch <runs_dir>/<hash>/cell.yaml", file=sys.stderr)
+        print("usage: python -m reproduce.runs.launch <runs_dir>/<hash>/cell.yaml", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     sys.exit(run_cell(Path(sys.argv[1])))
 

@@ -1,6 +1,6 @@
 """What one training batch is, how its loss is formed, and how a split is evaluated, per kind of data.
 
-The :class:`~reproduce.trainer.Trainer` owns the loop (optimizer, schedule, accumulation, precision,
+The :class:`~reproduce.engine.trainer.Trainer` owns the loop (optimizer, schedule, accumulation, precision,
 checkpoints, stages); a task owns the data side:
 
 * :class:`LMTask` -- one token stream per split, cut into ``trainer.batch_size`` columns and read in
@@ -15,7 +15,7 @@ checkpoints, stages); a task owns the data side:
 loss averaged over the batch's target tokens (plus once-per-step penalties), the detached plain-NLL
 sum (for the progress bar and the epoch's training PPL), and the number of target tokens.
 
-Distributed training (:mod:`reproduce.distributed`, ``W`` ranks): ``train_batches`` and ``n_targets``
+Distributed training (:mod:`reproduce.engine.distributed`, ``W`` ranks): ``train_batches`` and ``n_targets``
 describe the *global* micro-batches (the same on every rank); ``loss`` computes this rank's shard of
 one -- LM: columns ``r::W`` of the BPTT stream (``trainer.batch_size`` must divide by ``W``);
 translation: sentences ``r::W`` of the bucket -- and returns the shard's token count, by which the
@@ -37,7 +37,7 @@ from analysis.evaluate import evaluate_nll
 from analysis.metrics import perplexity
 from data.batching import batchify, bptt_segments, get_batch
 from losses import TokenLayout
-from reproduce import distributed as dist
+from reproduce.engine import distributed as dist
 from reproduce.errors import ConfigError
 
 

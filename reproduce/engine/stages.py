@@ -1,7 +1,7 @@
-"""The stages a run goes through, composed by :meth:`reproduce.trainer.Trainer.fit` from its epoch loop:
+"""The stages a run goes through, composed by :meth:`reproduce.engine.trainer.Trainer.fit` from its epoch loop:
 
 * **train**: epochs until ``max_epochs``, ``max_updates`` or early stopping; the best-validation weights
-  (``best.pt``); NT-ASGD's switch to averaging (:func:`reproduce.optim.nonmonotone_trigger`); the last weights and
+  (``best.pt``); NT-ASGD's switch to averaging (:func:`reproduce.engine.optim.nonmonotone_trigger`); the last weights and
   those of the last ``average_last`` epochs for checkpoint averaging;
 * **retrain** (Inan et al. 2017, footnote 5: "Small models were re-trained by initializing to their final
   configuration from the first training session"): with ``trainer.retrain_sessions`` = K > 0, K more train stages,
@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from analysis.metrics import embedding_metrics
-from reproduce import distributed as dist
-from reproduce.checkpoint import average_weights
-from reproduce.optim import averaged_weights, nonmonotone_trigger
+from reproduce.engine import distributed as dist
+from reproduce.engine.checkpoint import average_weights
+from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
 
 # the output embedding at initialisation, saved when a run starts (the drift metrics of analysis/geometry.py)
 INIT_EMBEDDING = "init_embedding.pt"

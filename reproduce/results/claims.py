@@ -398,7 +398,7 @@ def _combine(states: list[str]) -> str:
 # rendering
 # --------------------------------------------------------------------------------------------------
 def mean_sd(values: list[float], column: str) -> str:
-    from analysis.render import _fmt
+    from reproduce.results.render import _fmt
 
     if not values:
         return "–"
@@ -438,7 +438,7 @@ def _fmt_amount(x: float | None, signed: bool = True) -> str:
 
 def describe_check(r: CheckResult) -> tuple[str, str, str]:
     """(what is checked, the paper's values, ours) of one check, as text."""
-    from analysis.render import COLUMN_LABELS, _fmt
+    from reproduce.results.render import COLUMN_LABELS, _fmt
 
     c, m = r.check, r.check.metric
     short = lambda ref: ref.split(" / ")[-1]  # noqa: E731  (the claim's text names the group)
@@ -555,7 +555,7 @@ def claims_markdown(verdicts: list[Verdict], source: str, scale: str, seeds: lis
 
 
 def claims_latex(verdicts: list[Verdict], scale: str) -> list[str]:
-    from analysis.render import _tex_escape
+    from reproduce.results.render import _tex_escape
 
     if not verdicts:
         return []

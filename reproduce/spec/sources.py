@@ -1,6 +1,6 @@
 """Where each value of a run's config comes from: the config files Hydra merged (in its defaults-list order), the
 experiment preset's sections for the run's objective and scale, the command line or a table row's overrides, and the
-scale's width multiplier ``reproduce.config.finalize`` applies in Python.
+scale's width multiplier ``reproduce.spec.config.finalize`` applies in Python.
 
     python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite          # one table cell
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
@@ -41,7 +41,7 @@ def _container(cfg: DictConfig, resolve: bool) -> dict:
 
 def _file_label(default) -> str:
     """``conf/<path>.yaml`` for a file, ``schema default (<path>)`` for a dataclass in the ConfigStore."""
-    from reproduce.config import CONF_DIR
+    from reproduce.spec.config import CONF_DIR
 
     path = default.config_path or "?"
     return f"conf/{path}.yaml" if (CONF_DIR / f"{path}.yaml").is_file() else f"schema default ({path})"
@@ -59,8 +59,8 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.config import compose_preset, finalize
-    from reproduce.table import compose_cell
+    from reproduce.runs.tables import compose_cell
+    from reproduce.spec.config import compose_preset, finalize
 
     # the experiment preset's sections for its objective and scale are overrides placed before the given ones
     given = list(overrides)

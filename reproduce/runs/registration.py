@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from core.files import atomic_write_json
-from reproduce.claims import stated_margin
+from reproduce.results.claims import stated_margin
 
 FILE = "registration.json"
 

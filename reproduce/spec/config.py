@@ -23,10 +23,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from reproduce.domains import check_domains
 from reproduce.errors import ConfigError
+from reproduce.spec.domains import check_domains
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ class TrainerConfig:
     # stop with a mid-epoch checkpoint after this many optimizer updates in all, as a preemption signal
     # would (tests of preemption; status "preempted")
     stop_after_updates: int | None = None
-    # GPUs a scheduler (reproduce.table) gives this run: >1 launches it as one DDP job under torchrun
+    # GPUs a scheduler (reproduce.runs.tables) gives this run: >1 launches it as one DDP job under torchrun
     # over that many local GPUs (or tasks on a SLURM node). The batch settings are global, so the
     # result does not depend on it: run control, not part of the config hash
     gpus: int = 1

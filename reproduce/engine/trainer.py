@@ -1,7 +1,7 @@
 """The one training loop: an optimizer update over micro-batches (:meth:`Trainer.train_update`), an epoch of them
 with progress, divergence checks and preemption (:meth:`Trainer.train_epoch`), validation, and the epoch's
-bookkeeping. Its pieces live beside it: optimizers and schedules in :mod:`reproduce.optim`, checkpoints, weights and
-RNG state in :mod:`reproduce.checkpoint`, the stages (train, finetune, final evaluation) in :mod:`reproduce.stages`.
+bookkeeping. Its pieces live beside it: optimizers and schedules in :mod:`reproduce.engine.optim`, checkpoints, weights and
+RNG state in :mod:`reproduce.engine.checkpoint`, the stages (train, finetune, final evaluation) in :mod:`reproduce.engine.stages`.
 Objectives reach the loop through their hooks only (``setup``, ``update_penalty``, ``after_update``, ``traces``;
 :class:`losses.Objective`): the loop names no objective.
 
@@ -25,14 +25,14 @@ import torch
 
 from analysis.metrics import embedding_metrics
 from core.files import atomic_torch_save
-from reproduce import checkpoint as ckpt_io
-from reproduce import distributed as dist
-from reproduce import optim
-from reproduce.checkpoint import RunState
+from reproduce.engine import checkpoint as ckpt_io
+from reproduce.engine import distributed as dist
+from reproduce.engine import optim
+from reproduce.engine.checkpoint import RunState
+from reproduce.engine.progress import progress_bar
+from reproduce.engine.stages import INIT_EMBEDDING, run_stages
+from reproduce.engine.tasks import geometry_trace_point, make_task
 from reproduce.errors import Preempted, SimulatedInterrupt, TrainingDiverged
-from reproduce.progress import progress_bar
-from reproduce.stages import INIT_EMBEDDING, run_stages
-from reproduce.tasks import geometry_trace_point, make_task
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
@@ -316,5 +316,5 @@ class Trainer:
         return record
 
     def fit(self) -> dict:
-        """Train (or continue) through the stages to the end (:mod:`reproduce.stages`); each stage's final metrics."""
+        """Train (or continue) through the stages to the end (:mod:`reproduce.engine.stages`); each stage's final metrics."""
         return run_stages(self)

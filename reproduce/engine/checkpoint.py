@@ -3,7 +3,7 @@ RNG state, and for a preemption the mid-epoch progress), weight files (``best.pt
 and their average. Every file is written atomically (:mod:`core.files`); every rank calls the writers (they gather
 the ranks' RNG states and meet at a barrier), rank 0 writes.
 
-A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see :mod:`reproduce.distributed`) holds
+A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see :mod:`reproduce.engine.distributed`) holds
 the updates done in the epoch, its partial sums, the RNG state its batches were drawn with and the recurrent state
 carried across BPTT segments, from which ``trainer.resume=true`` continues exactly (bit-identical on a CPU).
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from core.files import atomic_torch_save
-from reproduce import distributed as dist
-from reproduce.ledger import load_torch_file
+from reproduce.engine import distributed as dist
+from reproduce.runs.ledger import load_torch_file
 
 # what to do about a checkpoint that cannot be read (reproduce.train says it before a resume, the trainer on load)
 CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
