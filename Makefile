@@ -44,7 +44,7 @@ test-slow:
 test-gpu:
 	$(PYTHON) -m pytest -q -m gpu
 
-# TABLE=all (every table) or a comma-separated list; cells run a process each on the local GPUs (reproduce/launch.py)
+# TABLE=all (every table) or a comma-separated list; cells run a process each on the local GPUs (reproduce/runs/launch.py)
 reproduce-table:
 	$(PYTHON) -m reproduce.table table=$(TABLE) scale=$(SCALE) $(ARGS)
 

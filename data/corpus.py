@@ -48,6 +48,7 @@ import torch
 from core.errors import ConfigError, DataError
 from core.files import cache_write, remove_stale_cache_temps
 from data.bpe import EOS, SPECIALS, UNK, train_bpe
+from data.kinds import register_kind
 from data.vocab import Vocab
 
 SPLITS = ("train", "valid", "test")
@@ -412,3 +413,7 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         ids["test"] = ids["test"][: cfg.eval_tokens]
     provenance["used_tokens"] = {s: int(ids[s].numel()) for s in SPLITS}
     return Corpus(cfg.name, ids["train"], ids["valid"], ids["test"], vocab, provenance, tokenizer)
+
+
+# one token stream per split, batched as BPTT columns (or fixed-length blocks) of a language model
+register_kind("lm", load_corpus, seq2seq=False, shards_columns=True)

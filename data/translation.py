@@ -42,6 +42,7 @@ from core.errors import ConfigError, DataError
 from core.files import cache_write, remove_stale_cache_temps
 from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
 from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
+from data.kinds import register_kind
 
 PARALLEL_CACHE_FORMAT = 1
 
@@ -376,3 +377,27 @@ def collate(split: ParallelSplit, indices, pad: int = PAD, eos: int = EOS) -> Tr
         prev[row, 1 : x.numel()] = x[:-1]
     src_lengths = torch.tensor([x.numel() for x in src], dtype=torch.long)
     return TranslationBatch(_pad(src, pad), prev, target, int(sum(x.numel() for x in tgt)), indices, src_lengths)
+
+
+def _check_tokenizer(d) -> None:
+    if d.tokenizer != "bpe":
+        raise ConfigError(f"dataset.tokenizer={d.tokenizer!r}: translation corpora use a joint BPE; set dataset.tokenizer=bpe")
+
+
+def _check_vocab_from(d) -> None:
+    if d.vocab_from != "split":
+        raise ConfigError(f"dataset.vocab_from={d.vocab_from!r}: translation corpora build their joint BPE from the training "
+                          f"pairs they keep (dataset.train_pairs); set dataset.vocab_from=split")
+
+
+def _check_languages(d) -> None:
+    if not d.src_lang or not d.tgt_lang or d.src_lang == d.tgt_lang:
+        raise ConfigError(
+            f"dataset.src_lang={d.src_lang!r}, dataset.tgt_lang={d.tgt_lang!r}: a translation corpus needs two different "
+            f"languages, e.g. dataset.src_lang=en dataset.tgt_lang=de"
+        )
+
+
+# sentence pairs, token-bucketed batches (not BPTT columns), an encoder-decoder model
+register_kind("translation", load_parallel_corpus, seq2seq=True, shards_columns=False,
+              checks=(_check_tokenizer, _check_vocab_from, _check_languages))

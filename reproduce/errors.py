@@ -13,6 +13,8 @@ Exit statuses of every entry point (``reproduce.train``, ``reproduce.table``, ``
   nothing was run and nothing written was changed;
 * 3 (:data:`EXIT_PREEMPTED`): stopped by a signal after writing a checkpoint; the same command (with
   ``trainer.resume=true`` for ``reproduce.train``) continues;
+* 4 (:data:`EXIT_ELSEWHERE`, ``reproduce.runs.launch`` only, the process of one table cell): another live
+  process holds the run's lock and trains it; not run here, not failed;
 * 130 (:data:`EXIT_INTERRUPTED`): ``reproduce.table`` stopped by Ctrl-C or SIGTERM (its cells checkpoint
   first); the same command continues.
 """
@@ -31,6 +33,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_PREEMPTED = 3
+EXIT_ELSEWHERE = 4  # a cell's launch only: another live process holds the run's lock (trains it)
 EXIT_INTERRUPTED = 130
 
 

@@ -37,7 +37,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from core.files import atomic_torch_save, remove_stale_temps
-from data.corpus import load_corpus
+from data import kinds as data_kinds
 from losses import build_objective
 from models import build_model, resolve_tie
 from reproduce.engine import distributed as dist
@@ -68,12 +68,9 @@ STATUS_PREEMPTED = "preempted"
 
 
 def load_any_corpus(dataset_cfg, cache_dir, verbose: bool = True):
-    """The word/BPE token streams of a language-modelling corpus, or the pairs of a translation corpus."""
-    if dataset_cfg.kind == "translation":
-        from data.translation import load_parallel_corpus
-
-        return load_parallel_corpus(dataset_cfg, cache_dir, verbose=verbose)
-    return load_corpus(dataset_cfg, cache_dir, verbose=verbose)
+    """The corpus of any dataset kind (data/kinds.py): the token streams of a language-modelling corpus, the pairs of
+    a translation corpus."""
+    return data_kinds.load(dataset_cfg, cache_dir, verbose=verbose)
 
 
 def uses_cuda(name: str) -> bool:

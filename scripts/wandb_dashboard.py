@@ -9,7 +9,7 @@
 
 The layout is plain JSON (sections of line plots over the per-epoch history, bar charts of the run
 summaries, media panels of the logged figures), so it lives in the repository and is edited there;
-this script only translates it. The runs it shows are those ``logger=wandb`` writes (reproduce/loggers.py),
+this script only translates it. The runs it shows are those ``logger=wandb`` writes (reproduce/engine/loggers.py),
 grouped by objective (the runs' ``job_type``). Saving needs network access and a wandb account;
 ``--dry-run`` needs neither (a report's run sets look their project up, so ``--report`` is left out
 of a dry run). docs/wandb.md describes the same dashboard for setting it up by hand.

@@ -214,7 +214,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(compose_cfg, tmp_p
 
 
 def test_a_read_only_directory_is_one_line(compose_cfg, tmp_path, monkeypatch, capsys):
-    from reproduce import ledger as ledger_mod
+    from reproduce.runs import ledger as ledger_mod
     from reproduce.train import train
 
     def read_only(self, h):

@@ -1,5 +1,5 @@
 """`reproduce.describe table=... row=...` and `sources=true`: a cell's config with where each value comes from
-(reproduce/sources.py), checked against the YAML files themselves and against the table's own cell hashes."""
+(reproduce/spec/sources.py), checked against the YAML files themselves and against the table's own cell hashes."""
 
 import subprocess
 import sys

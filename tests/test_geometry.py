@@ -1,5 +1,5 @@
 """The geometry metrics of issue 23's new claims (analysis/geometry.py), the record-level ones
-(analysis/record_metrics.py) and the per-seed gains (reproduce/table.py add_gains), against brute-force loops and
+(analysis/record_metrics.py) and the per-seed gains (reproduce/runs/tables.py add_gains), against brute-force loops and
 hand-worked examples."""
 
 from __future__ import annotations

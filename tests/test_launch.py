@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from reproduce.runs.launch import EXIT_COMPLETE, EXIT_USER_ERROR, Job, LaunchConfig, LocalScheduler, SubmititScheduler
+from reproduce.errors import EXIT_OK, EXIT_USER_ERROR
+from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
 from reproduce.runs.ledger import Ledger, RunLocked
 from reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
 from reproduce.spec.config import CONF_DIR, compose_config
@@ -123,7 +124,7 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
     class FakeProc:
         def __init__(self, cmd, env, **kw):
             started.append((cmd, env.get("CUDA_VISIBLE_DEVICES")))
-            self.pid, self.returncode = 0, EXIT_COMPLETE
+            self.pid, self.returncode = 0, EXIT_OK
 
         def poll(self):
             return self.returncode
@@ -159,7 +160,7 @@ def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):
         def poll(self):
             self.polls += 1
             if self.polls > 3:
-                self.returncode = EXIT_COMPLETE
+                self.returncode = EXIT_OK
             return self.returncode
 
     monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)

@@ -1,5 +1,5 @@
 """Pre-registration: what a claim's hash covers, that registering only adds, and the judgement of a verdict
-against hand-made registrations and start times (reproduce/registration.py)."""
+against hand-made registrations and start times (reproduce/runs/registration.py)."""
 
 from __future__ import annotations
 

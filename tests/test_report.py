@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from reproduce import report
+from reproduce.results import report
 from reproduce.results.render import _delta, _fmt
 from reproduce.runs.ledger import Ledger
 from reproduce.spec.config import CONF_DIR

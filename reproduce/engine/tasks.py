@@ -35,6 +35,7 @@ from torch import nn
 
 from analysis.evaluate import evaluate_nll
 from analysis.metrics import perplexity
+from data import kinds as data_kinds
 from data.batching import batchify, bptt_segments, get_batch
 from losses import TokenLayout
 from reproduce.engine import distributed as dist
@@ -45,7 +46,7 @@ def check_world_size(cfg, world: int) -> None:
     """A ConfigError when the config's global batch cannot be sharded over ``world`` ranks (LMs:
     ``trainer.batch_size`` BPTT columns, ``r::W`` on rank r)."""
     b = cfg.trainer.batch_size
-    if cfg.dataset.kind != "translation" and b % world:
+    if data_kinds.get(cfg.dataset.kind).shards_columns and b % world:
         fits = [k for k in range(1, min(b, 64) + 1) if b % k == 0]
         raise ConfigError(
             f"trainer.batch_size={b} BPTT columns cannot be split evenly over {world} ranks (each rank trains on "
@@ -94,6 +95,19 @@ def _group_geometry(task, model, names: tuple[str, ...]) -> dict:
     return {**{f"isotropy_{k}": iso[k] for k in names}, "cos_rare_frequent": group_cosines(weight, groups)["rare_frequent"]}
 
 
+TASKS: dict[str, type] = {}  # dataset kind -> its task class (data/kinds.py names the kinds)
+
+
+def task_for_kind(name: str):
+    """Register a task class as the one that trains and evaluates corpora of dataset kind ``name``."""
+    def wrap(cls: type) -> type:
+        TASKS[name] = cls
+        return cls
+
+    return wrap
+
+
+@task_for_kind("lm")
 class LMTask:
     def __init__(self, cfg, corpus, model, device):
         self.cfg, self.t, self.corpus, self.device = cfg, cfg.trainer, corpus, device
@@ -285,6 +299,7 @@ class LMTask:
         return out
 
 
+@task_for_kind("translation")
 class TranslationTask:
     def __init__(self, cfg, corpus, model, device):
         from data.translation import PAD
@@ -460,5 +475,9 @@ class TranslationTask:
 
 
 def make_task(cfg, corpus, model, device):
-    task_cls = TranslationTask if cfg.dataset.kind == "translation" else LMTask
-    return task_cls(cfg, corpus, model, device)
+    """The task of the config's dataset kind (data/kinds.py; each task class registers with :func:`task_for_kind`)."""
+    name = data_kinds.get(cfg.dataset.kind).name
+    if name not in TASKS:
+        raise ConfigError(f"dataset.kind={name!r} has no task class; register one in reproduce/engine/tasks.py with "
+                          f"@task_for_kind({name!r})")
+    return TASKS[name](cfg, corpus, model, device)

@@ -27,7 +27,7 @@ every seed's d is negative, and is a **tie** (≈) otherwise: inside the margin,
 A claim holds when all its checks hold, fails when one fails, is a tie when none fails and one ties, and
 is not decided (–) while a cell it needs is not complete at that scale (not run, unfinished, failed) or
 a value is not finite. Seeds, claims and margins are fixed in the table config before a run (the
-rendering tells when they were edited after: reproduce/registration.py); every seed is reported. The
+rendering tells when they were edited after: reproduce/runs/registration.py); every seed is reported. The
 same claims are also evaluated on the paper's own numbers (the stated margin only), as a check on the
 transcription.
 """
@@ -41,24 +41,15 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from reproduce.errors import ConfigError
+from reproduce.results.metrics import metric, recorded
 
 RELATIONS = ("lower", "higher", "ratio_at_least", "ratio_at_most", "within", "above", "below")
 PAIRWISE = ("lower", "higher", "ratio_at_least", "ratio_at_most", "within")
 NEEDS_VALUE = ("ratio_at_least", "ratio_at_most", "within", "above", "below")
-# metrics every run records besides a table's columns (language models also record the group metrics)
-ALWAYS_RECORDED = ("valid_ppl", "test_ppl", "isotropy", "mean_cos",
-                   # analysis/geometry.py (final metrics), analysis/record_metrics.py and the gains (reproduce/table.py)
-                   "frac_pos_cos", "centroid_ratio", "sv_norm_mean", "sv_ratio_3_2", "cos_excess_rare",
-                   "drift_cos_unseen", "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent",
-                   "valid_ppl_curve_mean", "valid_ppl_gain", "test_ppl_gain",
-                   # reproduce/stages.py final_metrics: a pass over the validation split when never-seen rows exist
-                   "frac_h_neg_drift_unseen")
-LM_RECORDED = ("uniq", "cos_rare_frequent", "uniq_target", "uniq_rare_over_human", "nn_rare_frac",
-               "p_unk_nontarget", "p_articles_nontarget",
-               # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)
-               "onset_lag_medium_rare", "onset_lag_frequent_rare", "onset_frac_medium", "onset_frac_frequent",
-               *(f"degeneration_onset_{g}" for g in ("frequent", "medium", "rare")),
-               *(f"{m}_{g}" for m in ("ppl", "uniq", "uniq_target", "isotropy") for g in ("frequent", "medium", "rare")))
+# metrics every run records besides a table's columns (language models also record the group metrics): the
+# registry (reproduce/results/metrics.py)
+ALWAYS_RECORDED = recorded("any")
+LM_RECORDED = recorded("lm")
 HOLDS, FAILS, TIE, UNDECIDED = "holds", "fails", "tie", "undecided"
 MARK = {HOLDS: "✓", FAILS: "✗", TIE: "≈", UNDECIDED: "–"}
 RULE = ("a check holds when the mean paired difference in the claim's direction exceeds its margin and every seed "
@@ -79,17 +70,10 @@ DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
 }
 
 
-def default_margin(metric: str) -> tuple[float, float] | None:
+def default_margin(name: str) -> tuple[float, float] | None:
     """(relative, absolute) stated margin of a metric without one in its check; None when no family matches."""
-    m = metric.lower()
-    if m == "params":
-        return DEFAULT_MARGINS["params"]
-    for family in ("ppl", "isotropy", "cos", "bleu", "uniq"):
-        if family in m:
-            return DEFAULT_MARGINS[family]
-    if m.startswith("wordsim"):
-        return DEFAULT_MARGINS["wordsim"]
-    return None
+    family = metric(name).family
+    return DEFAULT_MARGINS[family] if family else None
 
 
 @dataclass
@@ -438,11 +422,11 @@ def _fmt_amount(x: float | None, signed: bool = True) -> str:
 
 def describe_check(r: CheckResult) -> tuple[str, str, str]:
     """(what is checked, the paper's values, ours) of one check, as text."""
-    from reproduce.results.render import COLUMN_LABELS, _fmt
+    from reproduce.results.render import _fmt
 
     c, m = r.check, r.check.metric
     short = lambda ref: ref.split(" / ")[-1]  # noqa: E731  (the claim's text names the group)
-    what = f"{COLUMN_LABELS.get(m, m)}: {short(c.row)} {_relation_words(c)}" + (f" {short(c.than)}" if c.than else "")
+    what = f"{metric(m).label}: {short(c.row)} {_relation_words(c)}" + (f" {short(c.than)}" if c.than else "")
     if c.than is not None:
         paper = (f"{_fmt(r.paper_than, m)} → {_fmt(r.paper_row, m)}" + _ratio_note(c, r.paper_row, r.paper_than)
                  if r.paper_row is not None or r.paper_than is not None else "–")

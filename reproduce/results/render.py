@@ -6,7 +6,7 @@ paper's number says nothing, so each metric shows the paper's value and ours, th
 against the table's baseline row, the paper's beside ours (e.g. REAL - VD-LSTM: paper -4.6, ours -7.3).
 With several seeds, ours is the mean ± sd over the seeds. The header states the scale, what the cells
 ran (corpus, vocabulary, model, budget), the seeds, the commit, the hardware and the wall time; the
-table's claims and their verdicts follow it (reproduce/claims.py).
+table's claims and their verdicts follow it (reproduce/results/claims.py).
 """
 
 from __future__ import annotations
@@ -16,22 +16,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
-COLUMN_LABELS = {
-    "valid_ppl": "Valid PPL",
-    "test_ppl": "Test PPL",
-    "params": "Params (M)",
-    "isotropy": "I(W)",
-    "mean_cos": "Mean cos",
-    "bleu_tok": "BLEU tokenized (13a, approx.)",
-    "uniq": "Uniq",
-    "cos_rare_frequent": "cos(rare, freq)",
-    **{f"ppl_{g}": f"PPL {g}" for g in ("frequent", "medium", "rare")},
-    **{f"uniq_{g}": f"Uniq {g}" for g in ("frequent", "medium", "rare")},
-    **{f"isotropy_{g}": f"I(W) {g}" for g in ("frequent", "medium", "rare")},
-    **{f"wordsim_{d}": d.upper() for d in ("men", "ws353", "rg65", "rw")},
-    "bleu": "SacreBLEU",
-    "subspace_distance": "Subspace distance (L^T, W)",
-}
+from reproduce.results.metrics import label, metric
 
 
 @dataclass
@@ -47,24 +32,7 @@ class RenderedRow:
 
 
 def _fmt(value, column: str) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float) and not math.isfinite(value):  # a diverged metric is shown, not taken for "not run"
-        return str(value)
-    if column == "params":
-        return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-    if column.startswith(("isotropy", "mean_cos", "cos_", "subspace_")):
-        return f"{value:.3g}"
-    if column.startswith(("uniq_rare_over", "frac_", "centroid_", "sv_", "drift_cos", "nn_", "p_", "onset_")) or \
-            column.endswith("_gain"):  # ratios, fractions and probabilities (issue 23's metrics)
-        return f"{value:.3g}"
-    if column.startswith("uniq"):
-        return f"{value:.0f}"
-    if column.startswith("bleu"):
-        return f"{value:.2f}"
-    if column.startswith("ppl_") or column in ("valid_ppl", "test_ppl", "valid_ppl_curve_mean"):
-        return f"{value:.2f}" if abs(value) < 100 else (f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}")
-    return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+    return metric(column).format(value)
 
 
 def _delta(paper, ours, column: str) -> str:
@@ -123,7 +91,7 @@ def _header_lines(meta: dict) -> list[str]:
 def _metric_header(columns: list[str], relative: bool, paper: bool = True) -> list[str]:
     head = []
     for c in columns:
-        name = COLUMN_LABELS.get(c, c)
+        name = label(c)
         head += ([name] if not paper else
                  [f"{name} (paper)", f"{name} (ours)", "Δ vs base (paper)", "Δ vs base (ours)"] if relative
                  else [f"{name} (paper)", f"{name} (ours)", "Δ"])
@@ -203,7 +171,7 @@ def to_latex(title: str, columns: list[str], rows: list[RenderedRow], meta: dict
              claims: list[str] | None = None) -> str:
     k = 4 if relative else 3
     spec = "l" + "r" * k * len(columns)
-    top = " & ".join([""] + [rf"\multicolumn{{{k}}}{{c}}{{{_tex_escape(COLUMN_LABELS.get(c, c))}}}" for c in columns])
+    top = " & ".join([""] + [rf"\multicolumn{{{k}}}{{c}}{{{_tex_escape(label(c))}}}" for c in columns])
     sub = " & ".join(["Model"] + [("paper & ours & $\\Delta_{base}$ paper & $\\Delta_{base}$ ours" if relative
                                    else "paper & ours & $\\Delta$")] * len(columns))
     lines = [

@@ -13,7 +13,7 @@ crash, an out-of-memory kill or a bug in one cell cannot take the others down:
     torchrun --standalone --nproc_per_node=K -m reproduce.runs.launch <cell.yaml>   # trainer.gpus = K > 1
 
 Its output goes to ``<runs_dir>/<hash>/train.log`` (appended, one header line per attempt). The exit
-status of that process says what happened (:data:`EXIT_COMPLETE`, ...). A cell is always started
+status of that process says what happened (:data:`EXIT_OK`, ...). A cell is always started
 with ``trainer.resume=true``: an interrupted cell continues from its last checkpoint.
 
 Scheduling (:class:`LocalScheduler`): cells wait in order; a cell that wants ``trainer.gpus`` = K
@@ -46,16 +46,11 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from reproduce.engine.progress import is_terminal
-from reproduce.errors import EXIT_PREEMPTED
+from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 
-# exit statuses of `python -m reproduce.runs.launch <cell.yaml>` (reproduce.errors documents 0-3)
-EXIT_COMPLETE = 0
-EXIT_FAILED = 1  # the run raised (diverged, a bug): its log says why
-EXIT_USER_ERROR = 2  # bad config or data, a corrupt file, a read-only or full disk (exit_on_user_error)
-# EXIT_PREEMPTED (3): stopped by a signal after writing a checkpoint; run it again to continue
-EXIT_ELSEWHERE = 4  # another live process holds the run's lock (trains it): not run here, not failed
-EXIT_NAMES = {EXIT_COMPLETE: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
+# what each exit status of `python -m reproduce.runs.launch <cell.yaml>` means for its cell (reproduce.errors)
+EXIT_NAMES = {EXIT_OK: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
               EXIT_PREEMPTED: "interrupted", EXIT_ELSEWHERE: "running elsewhere"}
 
 
@@ -356,7 +351,7 @@ class LocalScheduler:
             job.returncode, job.status = code, "elsewhere"
             return
         job.returncode, job.finished = code, time.time()
-        job.status = "complete" if code == EXIT_COMPLETE else "interrupted" if code == EXIT_PREEMPTED else "failed"
+        job.status = "complete" if code == EXIT_OK else "interrupted" if code == EXIT_PREEMPTED else "failed"
 
     def _stop_all(self, running) -> None:
         for proc, _, _ in running.values():
@@ -463,7 +458,7 @@ class CellJobFunction:
 
     def __call__(self) -> int:
         code = run_cell(Path(self.cfg_path))
-        if code not in (EXIT_COMPLETE, EXIT_PREEMPTED, EXIT_ELSEWHERE):
+        if code not in (EXIT_OK, EXIT_PREEMPTED, EXIT_ELSEWHERE):
             raise RuntimeError(f"cell {self.cfg_path} ended with exit status {code} ({EXIT_NAMES.get(code, 'failed')}); "
                                f"see this job's log")
         return code
@@ -567,7 +562,7 @@ def run_cell(cfg_path: Path) -> int:
         dist.teardown()
     status = record.get("status")
     if status == STATUS_COMPLETE:
-        return EXIT_COMPLETE
+        return EXIT_OK
     if status in ("preempted", "interrupted"):
         if status == "preempted":
             dist.requeue_if_slurm()  # a SLURM job at its time limit: back in the queue, resumes from the checkpoint

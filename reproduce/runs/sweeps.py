@@ -395,9 +395,9 @@ def aggregate(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None = 
 
 
 def _metric_label(metric: str) -> str:
-    from reproduce.results.render import COLUMN_LABELS
+    from reproduce.results.metrics import label
 
-    return COLUMN_LABELS.get(metric, metric)
+    return label(metric)
 
 
 def _one_line(text: str | None) -> str:

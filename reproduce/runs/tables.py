@@ -97,7 +97,7 @@ class TableConfig:
     columns: list[str] = field(default_factory=lambda: ["valid_ppl", "test_ppl"])
     rows: list[TableRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # the paper's findings as checks over the rows (reproduce/claims.py)
+    # the paper's findings as checks over the rows (reproduce/results/claims.py)
     claims: list[Claim] = field(default_factory=list)
     # the row the others are compared with at smoke/lite (a label is looked up in each row's group first)
     baseline: str | None = None
@@ -128,9 +128,9 @@ class TableAppConfig:
     # render from the ledger without running anything
     render_only: bool = False
     # pre-register the table's claims and cells at this scale (results/tables/<t>/<scale>/registration.json) and
-    # stop: commit that file before the cells run (reproduce/registration.py); a run registers them too
+    # stop: commit that file before the cells run (reproduce/runs/registration.py); a run registers them too
     register_only: bool = False
-    # how the cells run: reproduce/launch.py
+    # how the cells run: reproduce/runs/launch.py
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     # the scheduler's progress bar (one line per event is always printed)
     progress: bool = True
@@ -461,7 +461,7 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
                        ledger: Ledger | None = None) -> None:
     """Mark each verdict that is not a pre-registered one (``Verdict.registration``, rendered ⚠): its claim's
     definition or a cell it read was registered after the cell started, or a cell it waits for replaces a
-    registered cell that ran with another config (reproduce/registration.py)."""
+    registered cell that ran with another config (reproduce/runs/registration.py)."""
     from reproduce.results.claims import NA, UNDECIDED, resolve_row, shown_state
     from reproduce.runs import registration
 
@@ -700,7 +700,7 @@ def run_tables(apps: list[DictConfig]) -> int:
 
 
 def register_tables(expanded: list[tuple[DictConfig, list[Cell]]]) -> None:
-    """Pre-register each table's claims and cells at its scale before anything runs (reproduce/registration.py)."""
+    """Pre-register each table's claims and cells at its scale before anything runs (reproduce/runs/registration.py)."""
     from reproduce.runs import registration
 
     commit = git_commit()

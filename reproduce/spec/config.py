@@ -23,6 +23,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from data import kinds as data_kinds
 from reproduce.errors import ConfigError
 from reproduce.spec.domains import check_domains
 
@@ -197,7 +198,7 @@ class TrainerConfig:
     early_stopping: int | None = None
     finetune_epochs: int = 0
     # further training sessions after the first, each restarting the schedule (lr, decay, early stopping, a fresh
-    # optimizer) from the previous session's best weights: Inan et al. (2017) footnote 5 (reproduce/stages.py)
+    # optimizer) from the previous session's best weights: Inan et al. (2017) footnote 5 (reproduce/engine/stages.py)
     retrain_sessions: int = 0
     cache: CacheConfig = field(default_factory=CacheConfig)
     # singular values of the output embedding at every evaluation (I(W) and mean cosine always)
@@ -388,7 +389,7 @@ VALID_CHOICES = {
     "trainer.precision": ("fp32", "bf16", "auto"),
     "trainer.final_weights": ("best", "last"),
     "trainer.generation.length_penalty_form": ("fairseq", "gnmt"),
-    "dataset.kind": ("lm", "translation"),
+    "dataset.kind": data_kinds.names(),
     "dataset.tokenizer": ("word", "bpe"),
     "dataset.vocab_from": ("split", "slice"),
     "trainer.loss_reduction": ("mean", "sum_over_time"),
@@ -466,29 +467,21 @@ def _check_data_model(cfg: DictConfig) -> None:
     """Combinations that cannot work, caught before any data is read."""
     d, t = cfg.dataset, cfg.trainer
     seq2seq = cfg.model.arch == "transformer"
-    if d.kind == "translation" and not seq2seq:
+    kind = data_kinds.get(d.kind)
+    if kind.seq2seq and not seq2seq:
         raise ConfigError(
             f"dataset={d.name} is a translation corpus but model={cfg.model.name} is a language model; "
             f"use an encoder-decoder model (model=transformer_base or model=transformer_big)"
         )
-    if seq2seq and d.kind != "translation":
+    if seq2seq and not kind.seq2seq:
         raise ConfigError(
             f"model={cfg.model.name} is an encoder-decoder translation model but dataset={d.name} is a language-modelling "
             f"corpus; use a translation dataset (dataset=wmt14_en_de, dataset=multi30k_en_de) or a language model"
         )
-    if d.kind == "translation" and d.tokenizer != "bpe":
-        raise ConfigError(f"dataset.tokenizer={d.tokenizer!r}: translation corpora use a joint BPE; set dataset.tokenizer=bpe")
-    if d.kind == "translation" and d.vocab_from != "split":
-        raise ConfigError(f"dataset.vocab_from={d.vocab_from!r}: translation corpora build their joint BPE from the training "
-                          f"pairs they keep (dataset.train_pairs); set dataset.vocab_from=split")
     if d.tokenizer == "bpe" and not d.bpe_vocab_size:
         raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (e.g. 8000); got {d.bpe_vocab_size}")
-    if d.kind == "translation" and (not d.src_lang or not d.tgt_lang or d.src_lang == d.tgt_lang):
-        raise ConfigError(
-            f"dataset.src_lang={d.src_lang!r}, dataset.tgt_lang={d.tgt_lang!r}: a translation corpus needs two different "
-            f"languages, e.g. dataset.src_lang=en dataset.tgt_lang=de"
-        )
-    # numeric bounds (retrain_sessions >= 0, label_smoothing in [0, 1), ...): reproduce/domains.py, checked before this
+    data_kinds.check(d)  # the kind's own combinations (data/kinds.py)
+    # numeric bounds (retrain_sessions >= 0, label_smoothing in [0, 1), ...): reproduce/spec/domains.py, checked before this
     if t.precision == "bf16" and t.device == "cpu":
         print("repdegen: note: trainer.precision=bf16 on the CPU is slow; it is meant for GPUs")
     if cfg.optim.schedule == "inverse_sqrt" and cfg.optim.name != "adam":
@@ -533,7 +526,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
             "trainer.generation.batch_size",
         ),
     )
-    check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/domains.py)
+    check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/spec/domains.py)
     _check_data_model(cfg)
     from losses import validate_objective
     from models import check_tie, resolve_tie, validate_model

@@ -106,7 +106,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
         if key.startswith("model.") and cfg.scale.width_mult != 1.0:
             why = f"scale.width_mult={cfg.scale.width_mult} (min width {cfg.scale.min_width})"
         else:
-            why = "finalize (reproduce/config.py)"
+            why = "finalize (reproduce/spec/config.py)"
         history.setdefault(key, []).append((why, value))
     sources: dict[str, list[str]] = {}
     for key in final:
@@ -114,7 +114,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
         text = unresolved.get(key)
         interp = f" = {text}" if isinstance(text, str) and "${" in text else ""
         sources[key] = [f"{label}{interp if i == len(steps) - 1 else ''}" for i, (label, _) in enumerate(steps)]
-        sources[key] = sources[key] or ["set in Python (reproduce/config.py finalize)"]
+        sources[key] = sources[key] or ["set in Python (reproduce/spec/config.py finalize)"]
     return cfg, sources
 
 

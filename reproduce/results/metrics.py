@@ -1,0 +1,144 @@
+"""The one registry of the metrics a run records and a table, a claim or a sweep names: each metric's label, how
+its values print, which way is better, which task records it, and the family of its default tie margin.
+
+Rendering (:mod:`reproduce.results.render`), the claims (:mod:`reproduce.results.claims`) and sweep aggregation
+(:mod:`reproduce.runs.sweeps`) all read it. A name that is not registered (a key of ``result.json`` such as
+``wall_time_s``, or a metric added by a new task) still gets a :class:`Metric`, derived by the same rules, so nothing
+downstream needs a second list.
+
+    from reproduce.results.metrics import metric
+    metric("ppl_rare").label             # 'PPL rare'
+    metric("ppl_rare").format(1311.2)    # '1311'
+    metric("uniq").better                # 'higher'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GROUPS = ("frequent", "medium", "rare")
+TASKS = ("any", "lm", "translation")  # any: every run records it; lm / translation: runs of that task only
+KINDS = ("ppl", "count", "bleu", "params", "ratio", "number")  # how a value prints (Metric.format)
+FAMILIES = ("ppl", "isotropy", "cos", "bleu", "uniq", "wordsim", "params")  # claims.DEFAULT_MARGINS' keys
+
+# prefixes / suffixes of the metrics that print with 3 significant digits (ratios, fractions, probabilities)
+_RATIO_PREFIXES = ("isotropy", "mean_cos", "cos_", "subspace_", "uniq_rare_over", "frac_", "centroid_", "sv_",
+                   "drift_cos", "nn_", "p_", "onset_")
+
+
+def _kind(name: str) -> str:
+    if name == "params":
+        return "params"
+    if name.startswith(_RATIO_PREFIXES) or name.endswith("_gain"):
+        return "ratio"
+    if name.startswith("uniq"):
+        return "count"
+    if name.startswith("bleu"):
+        return "bleu"
+    if name.startswith("ppl_") or name in ("valid_ppl", "test_ppl", "valid_ppl_curve_mean"):
+        return "ppl"
+    return "number"
+
+
+def _family(name: str) -> str | None:
+    """The family of the stated tie margin of a check on this metric that gives none (claims.DEFAULT_MARGINS)."""
+    m = name.lower()
+    if m == "params":
+        return "params"
+    for family in ("ppl", "isotropy", "cos", "bleu", "uniq"):
+        if family in m:
+            return family
+    return "wordsim" if m.startswith("wordsim") else None
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    label: str
+    better: str | None = None  # "lower" | "higher" | None (neither: a trace, a ratio read against a paper's value)
+    task: str = "any"  # TASKS
+    recorded: bool = False  # every run of its task records it (besides a table's columns)
+
+    @property
+    def kind(self) -> str:
+        return _kind(self.name)
+
+    @property
+    def family(self) -> str | None:
+        return _family(self.name)
+
+    def format(self, value) -> str:
+        """The value as the tables print it ("–" for none; a non-finite value as itself, not taken for "not run")."""
+        if value is None:
+            return "–"
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        kind = self.kind
+        if kind == "params":
+            return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+        if kind == "ratio":
+            return f"{value:.3g}"
+        if kind == "count":
+            return f"{value:.0f}"
+        if kind == "bleu":
+            return f"{value:.2f}"
+        if kind == "ppl":
+            return f"{value:.2f}" if abs(value) < 100 else (f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}")
+        return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _m(name, label=None, better=None, task="any", recorded=False) -> Metric:
+    return Metric(name, label or name, better, task, recorded)
+
+
+_ALL = [
+    # every run (analysis/metrics.py, analysis/geometry.py final metrics, analysis/record_metrics.py, the gains of
+    # reproduce/runs/tables.py)
+    _m("valid_ppl", "Valid PPL", "lower", recorded=True),
+    _m("test_ppl", "Test PPL", "lower", recorded=True),
+    _m("isotropy", "I(W)", "higher", recorded=True),
+    _m("mean_cos", "Mean cos", "lower", recorded=True),
+    *(_m(n, recorded=True) for n in (
+        "frac_pos_cos", "centroid_ratio", "sv_norm_mean", "sv_ratio_3_2", "cos_excess_rare", "drift_cos_unseen",
+        "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent")),
+    _m("valid_ppl_curve_mean", better="lower", recorded=True),
+    _m("valid_ppl_gain", recorded=True),
+    _m("test_ppl_gain", recorded=True),
+    # reproduce/engine/stages.py final_metrics: a pass over the validation split when never-seen rows exist
+    _m("frac_h_neg_drift_unseen", recorded=True),
+    # language models (reproduce/engine/tasks.py)
+    _m("uniq", "Uniq", "higher", "lm", True),
+    _m("cos_rare_frequent", "cos(rare, freq)", "lower", "lm", True),
+    *(_m(n, task="lm", recorded=True) for n in (
+        "uniq_target", "uniq_rare_over_human", "nn_rare_frac", "p_unk_nontarget", "p_articles_nontarget",
+        # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)
+        "onset_lag_medium_rare", "onset_lag_frequent_rare", "onset_frac_medium", "onset_frac_frequent",
+        *(f"degeneration_onset_{g}" for g in GROUPS))),
+    *(_m(f"ppl_{g}", f"PPL {g}", "lower", "lm", True) for g in GROUPS),
+    *(_m(f"uniq_{g}", f"Uniq {g}", "higher", "lm", True) for g in GROUPS),
+    *(_m(f"uniq_target_{g}", task="lm", recorded=True) for g in GROUPS),
+    *(_m(f"isotropy_{g}", f"I(W) {g}", "higher", "lm", True) for g in GROUPS),
+    # columns of some tables only
+    *(_m(f"wordsim_{d}", d.upper(), "higher", "lm") for d in ("men", "ws353", "rg65", "rw")),
+    _m("subspace_distance", "Subspace distance (L^T, W)", task="lm"),
+    _m("params", "Params (M)"),
+    _m("bleu", "SacreBLEU", "higher", "translation"),
+    _m("bleu_tok", "BLEU tokenized (13a, approx.)", "higher", "translation"),
+]
+METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
+assert len(METRICS) == len(_ALL), "a metric is registered twice"
+
+
+def metric(name: str) -> Metric:
+    """The registered metric, or one derived by the registry's rules (label = the name, no direction)."""
+    return METRICS.get(name) or Metric(name, name)
+
+
+def label(name: str) -> str:
+    return metric(name).label
+
+
+def recorded(task: str) -> tuple[str, ...]:
+    """The metrics every run of ``task`` records besides a table's columns (``any``: all runs)."""
+    return tuple(m.name for m in _ALL if m.recorded and m.task == task)
