@@ -26,14 +26,16 @@ from omegaconf import DictConfig
 
 from models import build_model, resolve_tie
 from reproduce.errors import exit_on_user_error
-from reproduce.spec.config import config_hash, finalize, register_all
-from reproduce.train import hydra_choices, plain_config
+from reproduce.spec.config import register_all
+from reproduce.spec.runspec import RunSpec, as_spec
+from reproduce.train import plain_config, resolve_app
 
 register_all()
 
 
-def describe(cfg: DictConfig) -> dict:
-    cfg = finalize(cfg)
+def describe(run: RunSpec | DictConfig) -> dict:
+    spec = as_spec(run)
+    cfg = spec.cfg
     from data.corpus import data_dir_from, resolve_source
     from reproduce.train import load_any_corpus
 
@@ -64,15 +66,14 @@ def describe(cfg: DictConfig) -> dict:
         "vocab_size_from": vocab_source,
         "tie_weights": tie,
         "parameters": {"total": total, "millions": round(total / 1e6, 2), "by_part": model.parameter_breakdown()},
-        "config_hash": config_hash(cfg),
+        "config_hash": spec.config_hash,
         "config": plain_config(cfg),
     }
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    cfg.choices = hydra_choices()
-    print(json.dumps(exit_on_user_error(describe)(cfg), indent=2))
+    print(json.dumps(exit_on_user_error(lambda _: describe(resolve_app()))(cfg), indent=2))
 
 
 def _pop_flag(args: list[str], key: str) -> str | None:

@@ -58,7 +58,8 @@ from reproduce.errors import (
 )
 from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
 from reproduce.runs.provenance import command_line, git_commit, hardware
-from reproduce.spec.config import config_hash, finalize, register_all
+from reproduce.spec.config import register_all
+from reproduce.spec.runspec import RunSpec, as_spec, record_job_spec, resolve
 
 register_all()
 
@@ -125,15 +126,16 @@ class RunLockedError(ConfigError):
         self.holder = holder
 
 
-def train(cfg: DictConfig) -> dict:
-    """Run (or finish, or look up) the experiment ``cfg`` describes; return its ledger record.
+def train(run: RunSpec | DictConfig) -> dict:
+    """Run (or finish, or look up) the experiment ``run`` describes (a :class:`RunSpec`; a composed config is
+    resolved to one first); return its ledger record.
 
     The run's directory is locked while it trains (:meth:`Ledger.lock`): a second process asking
     for the same config gets a clear error instead of writing over the first one's checkpoints.
     Under torchrun or srun every rank calls this; rank 0 holds the lock and writes the ledger.
     """
-    cfg = finalize(cfg)
-    h = config_hash(cfg)
+    spec = as_spec(run)
+    cfg, h = spec.cfg, spec.config_hash
     dist.init_distributed(use_cuda=uses_cuda(cfg.trainer.device))
     check_world_size(cfg, dist.world_size())
     ledger = Ledger(cfg.paths.runs_dir, repair=True)
@@ -310,32 +312,19 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     return record
 
 
-def hydra_choices() -> dict:
-    try:
-        choices = HydraConfig.get().runtime.choices
-    except ValueError:
-        return {}
-    return {k: str(v) for k, v in choices.items() if not k.startswith("hydra/") and v is not None}
-
-
-def apply_preset(cfg: DictConfig) -> DictConfig:
-    """The config composed again with the experiment preset's sections for this objective and scale (``objectives:``,
-    ``scales:``; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at lite); the command line wins."""
-    from reproduce.spec.config import preset_overrides
-
-    task = list(HydraConfig.get().overrides.task)
-    extra = preset_overrides(cfg, task)
-    if not extra:
-        return cfg
-    choices = [e for e in extra if "." not in e.split("=", 1)[0]]
-    n = len(extra) - len(choices)
-    what = " ".join(choices) + (" and " if choices and n else "") + (f"{n} value{'s' * (n != 1)}" if n else "")
-    dist.print_main(f"repdegen: the preset {cfg.choices.get('experiment')} at scale={cfg.scale.name} with "
-                    f"objective={cfg.objective.name}: {what} from its sections (`python -m reproduce.describe "
-                    f"... sources=true` lists them; the command line wins)", flush=True)
-    new = hydra.compose(config_name="config", overrides=[*extra, *task])
-    new.choices = dict(cfg.choices, **dict(e.split("=", 1) for e in choices))
-    return new
+def resolve_app() -> RunSpec:
+    """The spec of this Hydra app's overrides (:func:`reproduce.spec.runspec.resolve`: the experiment preset's sections
+    for the objective and scale included; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at
+    lite); the command line wins."""
+    spec = resolve(list(HydraConfig.get().overrides.task))
+    if spec.preset:
+        choices = [e for e in spec.preset if "." not in e.split("=", 1)[0]]
+        n = len(spec.preset) - len(choices)
+        what = " ".join(choices) + (" and " if choices and n else "") + (f"{n} value{'s' * (n != 1)}" if n else "")
+        dist.print_main(f"repdegen: the preset {spec.choices.get('experiment')} at scale={spec.cfg.scale.name} with "
+                        f"objective={spec.cfg.objective.name}: {what} from its sections (`python -m reproduce.describe "
+                        f"... sources=true` lists them; the command line wins)", flush=True)
+    return spec
 
 
 def in_multirun() -> bool:
@@ -347,13 +336,16 @@ def in_multirun() -> bool:
         return False
 
 
-def _train_in_multirun(cfg: DictConfig) -> dict:
+def _train_in_multirun() -> dict:
     """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
     (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
     exiting the process, and the job's ``failure.json`` says why, for ``reproduce.runs.sweeps``."""
     mark_task_started()
     try:
-        return train(cfg)
+        spec = resolve_app()
+        if dist.is_main():  # the job's hash, for reproduce.runs.sweeps (it finds the job's run without composing again)
+            record_job_spec(Path(HydraConfig.get().runtime.output_dir), spec)
+        return train(spec)
     except UserError as err:
         print(f"repdegen: error: {err}", file=sys.stderr, flush=True)
         if dist.is_main():
@@ -366,13 +358,11 @@ def main(cfg: DictConfig) -> float | None:
     """Returns the final validation PPL (the value a Hydra sweeper such as Optuna minimizes). A
     preempted run requeues its SLURM job (:func:`reproduce.engine.distributed.requeue_if_slurm`) and exits
     with :data:`EXIT_PREEMPTED`."""
-    cfg.choices = hydra_choices()
-    cfg = apply_preset(cfg)
     try:
         if in_multirun():
-            record = _train_in_multirun(cfg)
+            record = _train_in_multirun()
         else:
-            record = exit_on_user_error(train)(cfg)
+            record = exit_on_user_error(lambda _: train(resolve_app()))(cfg)
     finally:
         dist.teardown()
     if record.get("status") == STATUS_PREEMPTED:

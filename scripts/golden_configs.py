@@ -38,8 +38,9 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
     ({"row": "<group> / <label>" or "<label>", "seed", "hash"}); views maps each hash to its hashed view."""
     from hydra import compose, initialize_config_dir
 
-    from reproduce.runs.tables import all_table_names, compose_cell, expand_cells  # registers the schemas
-    from reproduce.spec.config import CONF_DIR, config_hash, finalize, hashed_view
+    from reproduce.runs.tables import all_table_names, expand_cells  # registers the schemas
+    from reproduce.spec.config import CONF_DIR, hashed_view
+    from reproduce.spec.runspec import resolve
     index: dict[str, list[dict]] = {}
     views: dict[str, dict] = {}
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -57,9 +58,9 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
                 index[f"table/{name}/{scale}"] = sorted(entries, key=lambda e: (e["row"], str(e["seed"])))
         for name in experiment_names():
             for scale in SCALES:
-                cfg = finalize(compose_cell(name, [f"scale={scale}"]))
-                h = config_hash(cfg)
-                views.setdefault(h, hashed_view(cfg))
+                spec = resolve([f"experiment={name}", f"scale={scale}"])
+                h = spec.config_hash
+                views.setdefault(h, hashed_view(spec.cfg))
                 index[f"experiment/{name}/{scale}"] = [{"row": None, "seed": None, "hash": h}]
     return index, views
 

@@ -98,14 +98,11 @@ class Job:
 
 
 def write_cell_config(cfg: DictConfig, config_hash: str, runs_dir: str | Path) -> Path:
-    """``<runs_dir>/<hash>/cell.yaml``: the finalized training config the cell's process runs."""
-    from core.files import atomic_write_bytes
+    """``<runs_dir>/<hash>/cell.yaml``: the finalized training config the cell's process runs
+    (:func:`reproduce.spec.runspec.write_cell`)."""
+    from reproduce.spec.runspec import RunSpec, write_cell
 
-    path = Path(runs_dir) / config_hash / "cell.yaml"
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container.setdefault("trainer", {})["resume"] = True
-    atomic_write_bytes(path, lambda f: f.write(OmegaConf.to_yaml(OmegaConf.create(container)).encode()))
-    return path
+    return write_cell(RunSpec(cfg, config_hash), runs_dir)
 
 
 def visible_gpus(requested: list[int] | None) -> list[int]:
@@ -523,22 +520,13 @@ class SubmititScheduler:
 
 
 # ---- one cell in one process -----------------------------------------------------------------------
-def load_cell_config(cfg_path: Path) -> DictConfig:
-    """A cell's saved config on the current schema: fields added to the code since it was written
-    take their defaults (which leave the experiment, and so its hash, unchanged)."""
-    from reproduce.spec.config import Config
-
-    base = OmegaConf.structured(Config)
-    OmegaConf.set_struct(base, False)
-    return OmegaConf.merge(base, OmegaConf.load(cfg_path))
-
-
 def run_cell(cfg_path: Path) -> int:
     """Train the cell of ``cfg_path`` (resuming it); the exit status says how it ended."""
     import traceback
 
     from reproduce.engine import distributed as dist
     from reproduce.errors import as_user_error, report_user_error
+    from reproduce.spec.runspec import read_cell
     from reproduce.train import RunLockedError, train
 
     try:
@@ -547,7 +535,7 @@ def run_cell(cfg_path: Path) -> int:
 
             raise ConfigError(f"{cfg_path} does not exist; expected a cell config <runs_dir>/<hash>/cell.yaml as "
                               f"reproduce.runs.tables writes it: give its path, or run the table")
-        record = train(load_cell_config(cfg_path))
+        record = train(read_cell(cfg_path))  # the spec the table resolved: not composed or finalized again
     except RunLockedError as err:
         print(f"repdegen: {err}", file=sys.stderr, flush=True)
         return EXIT_ELSEWHERE

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import CorruptFile
 from reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
 from reproduce.spec.config import HASH_EXCLUDED
 
@@ -129,22 +130,28 @@ def _job_runs_dir(job_dir: Path, cfg) -> Path:
 
 
 def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) -> tuple[str, Path]:
-    """(config hash, ledger folder) of a job: its overrides composed as ``reproduce.train`` composes them
-    (``reproduce.spec.config.compose_preset``: the preset's sections for the objective and scale included), so a sweep's
-    jobs are found in the ledger by hash like a table's cells. Raises what composition raises."""
-    import contextlib
+    """(config hash, ledger folder) of a job that did not record its spec (a sweep run before jobs did): its
+    overrides resolved as ``reproduce.train`` resolves them (:func:`reproduce.spec.runspec.resolve`), so its run is
+    found in the ledger by hash like a table's cells. Raises what composition raises."""
+    from reproduce.spec.runspec import resolve
 
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from reproduce.spec.config import CONF_DIR, compose_config, config_hash, finalize, register_all
-
-    register_all()
-    ready = GlobalHydra.instance().is_initialized()  # inside a Hydra app (the callback) or a test's context
-    with contextlib.nullcontext() if ready else initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose_config(list(overrides))
-        h = config_hash(finalize(cfg))
+    spec = resolve(list(overrides))
+    cfg, h = spec.cfg, spec.config_hash
     return h, (Path(runs_dir) if runs_dir else _job_runs_dir(job_dir, cfg))
+
+
+def _recorded_spec(job_dir: Path) -> dict | None:
+    """The spec a job recorded (``reproduce.spec.runspec.record_job_spec``), or None for an older job."""
+    from reproduce.spec.runspec import JOB_SPEC
+
+    path = job_dir / JOB_SPEC
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("config_hash"), str) or not data.get("runs_dir"):
+        raise CorruptFile(path, f"{path} is not a job spec (expected a JSON object with config_hash and runs_dir, as "
+                                f"reproduce.train writes it); remove it to find the job by composing its overrides")
+    return data
 
 
 def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
@@ -156,8 +163,12 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     job = Job(dir=job_dir, overrides=[str(o) for o in overrides], params=parse_overrides(overrides))
     note = job_dir / FAILURE_NOTE
     failure = json.loads(note.read_text()) if note.is_file() else {}
+    recorded = _recorded_spec(job_dir)
     try:
-        job.config_hash, runs = compose_job(job_dir, job.overrides, runs_dir)
+        if recorded:  # the job recorded its spec (reproduce.train, since issue 24): nothing to compose
+            job.config_hash, runs = recorded["config_hash"], Path(runs_dir or recorded["runs_dir"])
+        else:  # a sweep run before jobs recorded their spec
+            job.config_hash, runs = compose_job(job_dir, job.overrides, runs_dir)
     except Exception as err:  # noqa: BLE001 - a job whose config no longer composes is listed with the reason
         job.status = "failed" if failure else "missing"
         job.reason = failure.get("error") or f"its overrides do not compose to a config here: {err}"

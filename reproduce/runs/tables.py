@@ -57,7 +57,8 @@ from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger, load_torch_file
 from reproduce.runs.provenance import command_line, git_commit, hardware_summary
-from reproduce.spec.config import CONF_DIR, PathsConfig, ScaleConfig, config_hash, finalize, register_all
+from reproduce.spec.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
+from reproduce.spec.runspec import compose, resolve
 
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
@@ -173,21 +174,9 @@ def runs_at(row, scale: str) -> bool:
 
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
-    """The config ``reproduce.train experiment=... <overrides>`` would run (Hydra must be initialized): with the
-    preset's sections for its objective and scale (``compose_preset``); the overrides win over them."""
-    from reproduce.spec.config import compose_preset
-
-    return compose_preset(_compose_cell, [f"experiment={experiment}", *overrides], cache="config")[0]
-
-
-def _compose_cell(overrides: list[str]) -> DictConfig:
-    cfg = hydra.compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
-    OmegaConf.set_struct(cfg, False)
-    del cfg["hydra"]
-    cfg.choices = choices
-    OmegaConf.set_struct(cfg, True)
-    return cfg
+    """The config ``reproduce.train experiment=... <overrides>`` would run, before it is finalized (the preset's
+    sections for its objective and scale included; the overrides win over them): :func:`reproduce.spec.runspec.compose`."""
+    return compose([f"experiment={experiment}", *overrides])[0]
 
 
 def expand_cells(app: DictConfig) -> list[Cell]:
@@ -206,13 +195,13 @@ def expand_cells(app: DictConfig) -> list[Cell]:
             with_seed = [] if seed is None else [f"seed={seed}"]
             overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, *with_seed, group, *extra, *paths]
             try:
-                cfg = finalize(compose_cell(row.experiment, overrides))
+                spec = resolve([f"experiment={row.experiment}", *overrides])
             except UserError:
                 raise
             except Exception as err:  # a composition error names the bad row, not just the key
                 where = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}"
                 raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {err}") from None
-            h = config_hash(cfg)
+            cfg, h = spec.cfg, spec.config_hash
             if h in cells:
                 cells[h].rows.append(i)
             else:

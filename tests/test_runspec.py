@@ -1,0 +1,109 @@
+"""RunSpec (reproduce/spec/runspec.py): overrides resolve once into a frozen spec; a table cell's process reads the
+spec its table wrote without composing or finalizing again; a sweep job records its hash. The expected configs are
+built independently: Hydra's own compose with the preset's sections read from the YAML file (yaml.safe_load)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from core.errors import CorruptFile
+from reproduce.runs import sweeps
+from reproduce.spec import runspec
+from reproduce.spec.config import CONF_DIR, _override_value, config_hash, finalize, register_all
+from reproduce.spec.runspec import JOB_SPEC, RunSpec, read_cell, record_job_spec, resolve, write_cell
+
+register_all()
+
+
+def _by_hand(experiment: str, scale: str, objective: str) -> tuple[str, list[str]]:
+    """The hash of the preset's cell composed by Hydra with the preset's sections written out from its YAML."""
+    preset = yaml.safe_load((CONF_DIR / "experiment" / f"{experiment}.yaml").read_text())
+    sections = [f"{k}={_override_value(v)}" for k, v in (preset.get("scales", {}).get(scale) or {}).items()]
+    sections += [f"objective.{k}={_override_value(v)}" for k, v in
+                 (preset.get("objectives", {}).get(objective) or {}).items()]
+    given = [f"experiment={experiment}", f"scale={scale}", f"objective={objective}"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*sections, *given])
+    return config_hash(finalize(cfg)), sections
+
+
+@pytest.mark.parametrize(("experiment", "scale", "objective"), [
+    ("inan2017/small", "lite", "real"), ("inan2017/small", "paper", "al"), ("gao2019/awd_lstm_wt2", "lite", "cosreg")])
+def test_resolve_equals_hydras_composition_with_the_sections_written_out(experiment, scale, objective):
+    spec = resolve([f"experiment={experiment}", f"scale={scale}", f"objective={objective}"])
+    h, sections = _by_hand(experiment, scale, objective)
+    assert spec.config_hash == h
+    assert sorted(spec.preset) == sorted(sections)
+    assert spec.overrides[len(spec.preset):] == (f"experiment={experiment}", f"scale={scale}", f"objective={objective}")
+    assert spec.choices["experiment"] == experiment and spec.choices["objective"] == objective
+
+
+def test_the_spec_is_frozen_and_its_config_read_only():
+    spec = resolve(["experiment=inan2017/small", "objective=mle", "scale=smoke"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.config_hash = "x"
+    with pytest.raises(Exception, match="read-only"):
+        spec.cfg.optim.lr = 2.0
+    with pytest.raises(TypeError):
+        spec.choices["model"] = "other"
+
+
+def test_a_cell_is_read_back_without_composing_or_finalizing(tmp_path, monkeypatch):
+    spec = resolve(["experiment=inan2017/small", "objective=real", "scale=smoke"])
+    path = write_cell(spec, tmp_path)
+    assert path == tmp_path / spec.config_hash / "cell.yaml"
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("read_cell composed or finalized again")
+
+    monkeypatch.setattr(runspec, "finalize", forbidden)
+    monkeypatch.setattr(runspec, "compose_preset", forbidden)
+    back = read_cell(path)
+    assert back.config_hash == spec.config_hash
+    assert OmegaConf.to_container(back.cfg.model) == OmegaConf.to_container(spec.cfg.model)
+    assert back.cfg.trainer.resume is True  # a cell resumes its checkpoint
+    assert dict(back.choices) == dict(spec.choices)
+
+
+def test_an_edited_or_unfinalized_cell_is_refused_naming_the_file(tmp_path):
+    spec = resolve(["experiment=inan2017/small", "objective=mle", "scale=smoke"])
+    path = write_cell(spec, tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace("lr: 1.0", "lr: 2.0", 1))
+    with pytest.raises(CorruptFile, match=rf"{path}.*not of {spec.config_hash}.*edited"):
+        read_cell(path)
+    plain = tmp_path / "other" / "cell.yaml"
+    plain.parent.mkdir()
+    plain.write_text("model: {name: vd_lstm_small}\n")
+    with pytest.raises(CorruptFile, match="never finalized"):
+        read_cell(plain)
+
+
+def test_a_sweep_job_is_found_by_its_recorded_hash_not_by_composing(tmp_path, monkeypatch):
+    spec = resolve(["experiment=inan2017/small", "objective=mle", "scale=smoke", f"paths.output_dir={tmp_path}"])
+    job_dir = tmp_path / "sweep" / "0"
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text("- objective=mle\n")
+    record_job_spec(job_dir, spec)
+    recorded = json.loads((job_dir / JOB_SPEC).read_text())
+    assert recorded["config_hash"] == spec.config_hash
+    run = tmp_path / "runs" / spec.config_hash
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"status": "complete", "metrics": {"final": {"valid_ppl": 5.0}}}))
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the job's overrides were composed again")
+
+    monkeypatch.setattr(sweeps, "compose_job", forbidden)
+    job = sweeps.load_job(job_dir, "final")
+    assert (job.config_hash, job.status) == (spec.config_hash, "complete")
+
+
+def test_runspec_fields():
+    assert [f.name for f in dataclasses.fields(RunSpec)] == ["cfg", "config_hash", "overrides", "preset", "choices"]
