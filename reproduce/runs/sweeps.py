@@ -150,12 +150,12 @@ def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) 
 def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     """Read one job folder: its overrides, the ledger run they compose to (by config hash), and why it failed
     when it did (its failure note, else the ledger record's error)."""
-    import yaml
+    from reproduce.runs.files import load_failure_note, load_overrides, load_run_record
 
-    overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    overrides = load_overrides(job_dir / ".hydra" / "overrides.yaml")
     job = Job(dir=job_dir, overrides=[str(o) for o in overrides], params=parse_overrides(overrides))
     note = job_dir / FAILURE_NOTE
-    failure = json.loads(note.read_text()) if note.is_file() else {}
+    failure = load_failure_note(note) if note.is_file() else {}
     try:
         job.config_hash, runs = compose_job(job_dir, job.overrides, runs_dir)
     except Exception as err:  # noqa: BLE001 - a job whose config no longer composes is listed with the reason
@@ -169,7 +169,7 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
             f"no ledger run {job.config_hash} in {runs}: the job did not start training, or was stopped before its "
             f"first record (see {job_dir} and the sweep's console output); pass --runs-dir if the ledger moved")
         return job
-    job.record = json.loads(result.read_text())
+    job.record = load_run_record(result, "restore it from a copy, or pass --runs-dir of the ledger the sweep wrote")
     status = job.record.get("status", "incomplete")
     if status == "complete" and stage not in job.record.get("metrics", {}):
         job.status = "incomplete"
