@@ -58,7 +58,7 @@ def _found(value) -> str:
     for t, name in _TYPE_NAMES.items():
         if type(value) is t:
             return name
-    return type(value).__name__
+    return f"a {type(value).__name__}"
 
 
 def read_document(path: Path, fmt: str, top: type, error: Callable[[str], CorruptFile]) -> Any:
