@@ -248,7 +248,8 @@ def test_concurrent_writers_never_lose_or_corrupt_an_entry(tmp_path):
     ledger = Ledger(tmp_path)
     for w in range(4):
         for i in range(40):
-            assert ledger.load(f"w{w}-{i}") == {"status": "complete", "worker": w, "i": i, "pad": "x" * 20000}
+            assert ledger.load(f"w{w}-{i}") == {"status": "complete", "config_hash": f"w{w}-{i}", "config": {},
+                                                "worker": w, "i": i, "pad": "x" * 20000}
     shared = ledger.load("shared")
     assert shared["i"] in range(40) and shared["pad"] == "y" * 20000
     assert not list(tmp_path.rglob("*.tmp"))  # no temporary files left behind
