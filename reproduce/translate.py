@@ -77,9 +77,9 @@ def _read_record(run_dir: Path) -> dict:
         raise ConfigError(
             f"{run_dir} has no result.json: checkpoint= must be a run directory of reproduce.train (or a file in one)"
         )
-    from reproduce.runs.ledger import read_record
+    from reproduce.runs.files import load_run_record
 
-    return read_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
+    return load_run_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
 
 
 def other_weights(weights: Path) -> str:
@@ -92,9 +92,9 @@ def other_weights(weights: Path) -> str:
 
 
 def load_weights_file(weights: Path) -> dict:
-    from reproduce.runs.ledger import load_torch_file
+    from reproduce.runs.files import load_checkpoint
 
-    return load_torch_file(weights, "weights file", other_weights(weights))
+    return load_checkpoint(weights, "weights file", other_weights(weights))
 
 
 def load_translator(checkpoint: str, device: torch.device):

@@ -52,7 +52,9 @@ def real_epoch(args, out_dir: Path) -> dict:
     wall = time.time() - start
     if proc.returncode != 0:
         sys.exit(f"epoch_vs_bench: the epoch run failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    record = json.loads(next(out_dir.glob("runs/*/result.json")).read_text())
+    from reproduce.runs.files import load_run_record
+
+    record = load_run_record(next(out_dir.glob("runs/*/result.json")))
     h = record["history"][0]
     tokens = h["tokens_per_s"] * h["epoch_seconds"]
     return {"config_hash": record["config_hash"], "train_tokens": tokens, "train_seconds": h["epoch_seconds"],

@@ -8,20 +8,19 @@ totals of two rows (three equations: the two totals and the shares summing to on
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.groups import frequency_groups  # noqa: E402
 from data.corpus import load_corpus  # noqa: E402
+from reproduce.runs.files import load_cell_yaml, load_cells_json, load_run_record  # noqa: E402
 
 GROUPS = ("frequent", "medium", "rare")
 
@@ -34,9 +33,9 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", default="lite")
     args = ap.parse_args(argv)
     out = ROOT / "results" / "tables" / args.table / args.scale
-    cells = json.loads((out / "cells.json").read_text())["cells"]
+    cells = load_cells_json(out / "cells.json")["cells"]
     first = next(c for c in cells if c["label"] == args.base)
-    cfg = OmegaConf.load(ROOT / "outputs" / "runs" / first["config_hash"] / "cell.yaml")
+    cfg = load_cell_yaml(ROOT / "outputs" / "runs" / first["config_hash"] / "cell.yaml")
     corpus = load_corpus(cfg.dataset, ROOT / "outputs" / "cache", verbose=False)
     groups = frequency_groups(corpus.vocab, cutoffs=cfg.trainer.analysis.get("group_cutoffs"), n_specials=4)
     gid = torch.zeros(len(corpus.vocab), dtype=torch.long)
@@ -50,7 +49,7 @@ def main(argv=None) -> None:
         vals = []
         for c in cells:
             if c["label"] == label:
-                r = json.loads((ROOT / "outputs" / "runs" / c["config_hash"] / "result.json").read_text())
+                r = load_run_record(ROOT / "outputs" / "runs" / c["config_hash"] / "result.json")
                 vals.append(r["metrics"]["final"][key])
         return sum(vals) / len(vals)
 

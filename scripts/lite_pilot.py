@@ -49,22 +49,24 @@ def run_cell(overrides: list[str], log: Path) -> str:
 
 
 def init_geometry(run_dir: Path) -> dict:
-    import torch
 
     from analysis.metrics import embedding_metrics
 
     path = run_dir / "init_embedding.pt"
     if not path.is_file():
         return {}
-    return {k: float(v) for k, v in embedding_metrics(torch.load(path)).items() if k in ("isotropy", "mean_cos")}
+    from reproduce.runs.files import load_tensor_file
+
+    init = load_tensor_file(path, "initial embedding file", "move it aside, or train the run again")
+    return {k: float(v) for k, v in embedding_metrics(init).items() if k in ("isotropy", "mean_cos")}
 
 
 def rare_counts(run_dir: Path) -> dict:
-    import torch
 
     from analysis.groups import frequency_groups
+    from reproduce.runs.files import load_tensor_file
 
-    counts = torch.load(run_dir / "vocab_counts.pt")
+    counts = load_tensor_file(run_dir / "vocab_counts.pt", "vocabulary counts file", "train the run again")
     specials = 4 if (run_dir / "bpe.model").is_file() else 0
     rare = counts[frequency_groups(counts, n_specials=specials)["rare"]].float()
     return {"rare_types": int(rare.numel()), "rare_median_count": float(rare.median()),
@@ -72,7 +74,9 @@ def rare_counts(run_dir: Path) -> dict:
 
 
 def summarize(run_dir: Path) -> dict:
-    result = json.loads((run_dir / "result.json").read_text())
+    from reproduce.runs.files import load_run_record
+
+    result = load_run_record(run_dir / "result.json")
     hist = [h for h in result["history"] if "valid_ppl" in h]
     valid = [h["valid_ppl"] for h in hist]
     best = min(range(len(valid)), key=valid.__getitem__)

@@ -7,11 +7,12 @@ validation curves side by side (a diagnostic: e.g. a longer run of the two cells
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from analysis.figures import plot_validation_curves
+from core.errors import CorruptFile
+from reproduce.runs.files import load_run_record
 
 
 def load_runs(roots: list[str]) -> list[dict]:
@@ -22,7 +23,10 @@ def load_runs(roots: list[str]) -> list[dict]:
         if not root.exists():
             sys.exit(f"runs.py: {root} does not exist; pass a ledger (e.g. outputs/runs) or a run directory")
         paths = [root / "result.json"] if (root / "result.json").is_file() else sorted(root.glob("*/result.json"))
-        records += [json.loads(p.read_text()) for p in paths]
+        try:
+            records += [load_run_record(p) for p in paths]
+        except CorruptFile as err:
+            sys.exit(f"runs.py: error: {err}")
     return records
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from reproduce.errors import EXIT_OK, EXIT_USER_ERROR
+from reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
 from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
 from reproduce.runs.ledger import Ledger, RunLocked
 from reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
@@ -213,8 +213,10 @@ def _writer(root: str, worker: int, n: int) -> None:
     ledger = Ledger(root)
     for i in range(n):
         # each worker its own entries, and every worker rewriting one shared entry
-        ledger.write(f"w{worker}-{i}", {"status": "complete", "worker": worker, "i": i, "pad": "x" * 20000})
-        ledger.write("shared", {"status": "complete", "worker": worker, "i": i, "pad": "y" * 20000})
+        ledger.write(f"w{worker}-{i}", {"status": "complete", "config_hash": f"w{worker}-{i}", "config": {},
+                                        "worker": worker, "i": i, "pad": "x" * 20000})
+        ledger.write("shared", {"status": "complete", "config_hash": "shared", "config": {}, "worker": worker, "i": i,
+                                "pad": "y" * 20000})
 
 
 def _reader(root: str, seconds: float, q) -> None:
@@ -222,7 +224,7 @@ def _reader(root: str, seconds: float, q) -> None:
     while time.time() < end:
         try:
             rec = ledger.load("shared")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, CorruptFile):
             bad += 1
             continue
         reads += rec is not None
@@ -246,7 +248,8 @@ def test_concurrent_writers_never_lose_or_corrupt_an_entry(tmp_path):
     ledger = Ledger(tmp_path)
     for w in range(4):
         for i in range(40):
-            assert ledger.load(f"w{w}-{i}") == {"status": "complete", "worker": w, "i": i, "pad": "x" * 20000}
+            assert ledger.load(f"w{w}-{i}") == {"status": "complete", "config_hash": f"w{w}-{i}", "config": {},
+                                                "worker": w, "i": i, "pad": "x" * 20000}
     shared = ledger.load("shared")
     assert shared["i"] in range(40) and shared["pad"] == "y" * 20000
     assert not list(tmp_path.rglob("*.tmp"))  # no temporary files left behind

@@ -15,7 +15,7 @@ def write_run(root: Path, h: str, label: str, valid: list[float], final: dict | 
     d.mkdir(parents=True)
     history = [{"stage": "train", "epoch": i + 1, "valid_ppl": v, "isotropy": 0.9 - 0.1 * i, "mean_cos": 0.01 * i}
                for i, v in enumerate(valid)]
-    record = {"config_hash": h, "label": label, "scale": "lite", "status": "complete", "history": history,
+    record = {"config_hash": h, "config": {}, "label": label, "scale": "lite", "status": "complete", "history": history,
               "metrics": {"final": final or {}}, "wall_time_s": 61.4}
     (d / "result.json").write_text(json.dumps(record))
 

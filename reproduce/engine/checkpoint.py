@@ -18,7 +18,7 @@ import torch
 
 from core.files import atomic_torch_save
 from reproduce.engine import distributed as dist
-from reproduce.runs.ledger import load_torch_file
+from reproduce.runs.files import load_checkpoint
 
 # what to do about a checkpoint that cannot be read (reproduce.train says it before a resume, the trainer on load)
 CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
@@ -76,7 +76,7 @@ def read_checkpoint(path: Path, device: torch.device) -> dict | None:
     """The checkpoint at ``path`` (None: there is none); a corrupt one is a user error naming the fix."""
     if not path.is_file():
         return None
-    return load_torch_file(path, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=path), map_location=device)
+    return load_checkpoint(path, "checkpoint", CORRUPT_CHECKPOINT_FIX.format(path=path), map_location=device)
 
 
 def restore_rng(ckpt: dict, seed: int, path: Path) -> None:
@@ -103,7 +103,7 @@ def save_weights(run_dir: Path, name: str, model, objective) -> None:
 
 
 def load_weights(run_dir: Path, name: str, model, objective, device: torch.device) -> None:
-    blob = load_torch_file(Path(run_dir) / name, "weights file", f"move the run directory {run_dir} aside and run the "
+    blob = load_checkpoint(Path(run_dir) / name, "weights file", f"move the run directory {run_dir} aside and run the "
                            f"same command again to train it over, or restore {name} from a copy", map_location=device)
     model.load_state_dict(blob["model"])
     objective.load_state_dict(blob["objective"])
@@ -112,7 +112,8 @@ def load_weights(run_dir: Path, name: str, model, objective, device: torch.devic
 def average_weights(paths: list[Path], out: Path) -> None:
     """Element-wise mean of the model (and objective) tensors saved in ``paths`` (fairseq's
     scripts/average_checkpoints.py); integer buffers are taken from the last file."""
-    blobs = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    blobs = [load_checkpoint(p, "weights file", f"restore {p.name} from a copy, or train the run again (move {p.parent} "
+                             f"aside first)") for p in paths]
     averaged = {}
     for part in ("model", "objective"):
         merged = {}

@@ -22,12 +22,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import torch
-
 from analysis.metrics import embedding_metrics
 from reproduce.engine import distributed as dist
 from reproduce.engine.checkpoint import average_weights
 from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
+from reproduce.runs.files import load_tensor_file
 
 # the output embedding at initialisation, saved when a run starts (the drift metrics of analysis/geometry.py)
 INIT_EMBEDDING = "init_embedding.pt"
@@ -165,7 +164,8 @@ def final_metrics(tr, weights: str) -> dict:
         from analysis.geometry import final_geometry
 
         init = tr.run_dir / INIT_EMBEDDING
-        init_weight = torch.load(init) if init.is_file() else None
+        init_weight = load_tensor_file(init, "initial embedding file", f"move {init.name} aside: the geometry against "
+                                       f"the initial embedding is then left out") if init.is_file() else None
         counts, specials = tr.task.train_counts(), tr.task.special_ids()
         metrics.update(final_geometry(tr.model.output_embedding, metrics["singular_values"], counts, specials,
                                       init_weight))

@@ -32,7 +32,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from core.errors import CorruptFile
 from core.files import atomic_write_bytes
+from reproduce.runs.files import load_cells_json, load_claims_json
 from reproduce.runs.ledger import STATUS_COMPLETE
 from reproduce.spec.config import CONF_DIR
 
@@ -181,9 +183,9 @@ def _rel(path: Path, results_dir: Path) -> str:
 def _svd_labels(out: Path) -> list[str]:
     """The labels of svd_<k>.png: the k-th complete cell of cells.json (once per run), as render() numbers them."""
     try:
-        data = json.loads((out / "cells.json").read_text())
+        data = load_cells_json(out / "cells.json")
         cells = data["cells"]
-    except (OSError, json.JSONDecodeError, KeyError):
+    except (OSError, CorruptFile):
         return []
     if data.get("figures"):  # {svd_<k>: label}, written by reproduce.runs.tables
         return [data["figures"].get(f"svd_{k}", f"svd_{k}") for k in range(1, len(data["figures"]) + 1)]
@@ -279,8 +281,8 @@ def orphan_tables(results_dir: Path, tables: list[TableInfo]) -> list[TableInfo]
             continue
         title = mds[0].read_text().splitlines()[0].lstrip("# ").strip() if mds[0].read_text().strip() else d.name
         try:
-            source = json.loads((mds[0].parent / "cells.json").read_text())["meta"]["source"]
-        except (OSError, json.JSONDecodeError, KeyError):
+            source = load_cells_json(mds[0].parent / "cells.json")["meta"]["source"]
+        except (OSError, CorruptFile, KeyError):
             source = d.name.split("_")[0]
         out.append(TableInfo(d.name, title + " (its config is no longer in conf/table)", source))
     return out
@@ -296,8 +298,8 @@ def is_rendered(results_dir: Path, table: str, scale: str) -> bool:
     if not (out / "table.md").is_file():
         return False
     try:
-        cells = json.loads((out / "cells.json").read_text())["cells"]
-    except (OSError, json.JSONDecodeError, KeyError):
+        cells = load_cells_json(out / "cells.json")["cells"]
+    except (OSError, CorruptFile):
         return True  # an older rendering without cells.json
     return any(c.get("status") == STATUS_COMPLETE for c in cells)
 
@@ -308,8 +310,8 @@ def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | No
     if not is_rendered(results_dir, table, scale):
         return None
     try:
-        data = json.loads((results_dir / "tables" / table / scale / "claims.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        data = load_claims_json(results_dir / "tables" / table / scale / "claims.json")
+    except (OSError, CorruptFile):
         return None
     claims = data.get("claims", [])
     if any("shown" not in c for c in claims):
@@ -432,9 +434,9 @@ def build_readme(results_dir: Path, tables: list[TableInfo], generated: str) -> 
                 files = " · ".join(f"[{f}]({_rel(out / f, results_dir)})"
                                    for f in ("table.md", "table.csv", "table.tex", "cells.json") if (out / f).is_file())
                 try:
-                    meta = json.loads((out / "cells.json").read_text())
+                    meta = load_cells_json(out / "cells.json")
                     command = meta.get("command")
-                except (OSError, json.JSONDecodeError):
+                except (OSError, CorruptFile):
                     command = None
                 page.para(f"Files: {files}." + (f" Rendered by `{command}`." if command else ""))
                 page.add(*table_figures(out, results_dir))

@@ -32,7 +32,6 @@ reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduc
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 import subprocess
@@ -46,7 +45,8 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from reproduce.engine.progress import is_terminal
-from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR
+from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
+from reproduce.runs.files import load_run_record
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 
 # what each exit status of `python -m reproduce.runs.launch <cell.yaml>` means for its cell (reproduce.errors)
@@ -210,8 +210,8 @@ class Progress:
             return
         self.seen[job.config_hash] = stamp
         try:
-            line = epoch_progress(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):  # being rewritten, or not a record yet: next time
+            line = epoch_progress(load_run_record(path))
+        except (OSError, CorruptFile, ValueError, KeyError, TypeError):  # not a record yet: next time
             return
         if line:
             tqdm.write(f"repdegen:   {job.label} [{job.config_hash}]: {line}", file=sys.stdout)

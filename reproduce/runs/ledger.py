@@ -15,31 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from core.errors import CorruptFile
 from core.files import atomic_write_json
+from reproduce.runs.files import CorruptRecord, check_torch_file, load_checkpoint, load_run_record
+
+__all__ = ["CorruptRecord", "check_torch_file", "load_torch_file", "read_record", "Ledger", "RunLocked"]
 
 STATUS_COMPLETE = "complete"
 # what a render-only reader tells the user to do about a corrupt record
 FIX_CORRUPT_RENDER = ("run the same command without render_only=true to move it aside (kept, renamed "
                       "result.corrupt-<time>.json) and run its cell again, or restore the file")
-
-
-class CorruptRecord(CorruptFile):
-    """A ``result.json`` that is not the JSON object ``reproduce.train`` writes (truncated, edited)."""
-
-    def __init__(self, path: Path, why: str, fix: str):
-        super().__init__(path, f"{path} is not a valid run record ({why}); expected the JSON object reproduce.train "
-                               f"writes; {fix}")
-        self.why = why
 
 
 class RunLocked(Exception):
@@ -51,47 +41,14 @@ class RunLocked(Exception):
 
 
 def read_record(path: Path, fix: str) -> dict:
-    """A run record from ``path``; :class:`CorruptRecord` (naming the file, and ``fix``) when it is not one."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as err:
-        raise CorruptRecord(path, f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}, truncated?",
-                            fix) from None
-    except UnicodeDecodeError:
-        raise CorruptRecord(path, "not UTF-8 text", fix) from None
-    if not isinstance(record, dict):
-        raise CorruptRecord(path, f"a JSON {type(record).__name__}, not an object", fix)
-    return record
+    """A run record from ``path``; :class:`CorruptRecord` (naming the file, and ``fix``) when it is not one
+    (:func:`reproduce.runs.files.load_run_record`)."""
+    return load_run_record(path, fix)
 
 
 def load_torch_file(path: Path, what: str, fix: str, map_location="cpu") -> Any:
-    """``torch.load`` of a checkpoint or weights file; :class:`CorruptFile` naming it (and ``fix``) when
-    it cannot be read (truncated by a full disk or an unfinished copy)."""
-    try:
-        blob = torch.load(path, map_location=map_location, weights_only=False)
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # noqa: BLE001 - pickle, zip and EOF errors of a damaged file
-        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CorruptFile(path, f"{path} cannot be read as a {what} ({type(err).__name__}: {why[:160]}); expected a "
-                                f"complete file written by reproduce.train (a full disk or an unfinished copy "
-                                f"truncates it); {fix}") from None
-    if not isinstance(blob, dict) or "model" not in blob:
-        raise CorruptFile(path, f"{path} is not a {what} of reproduce.train (no model weights in it); {fix}")
-    return blob
-
-
-def check_torch_file(path: Path, what: str, fix: str) -> None:
-    """A cheap look at a checkpoint before anything is written: a torch file is a zip archive whose
-    directory is at its end, so a truncated one fails here (:class:`CorruptFile`, naming it, and ``fix``)."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path):
-            pass
-    except (zipfile.BadZipFile, EOFError, ValueError) as err:
-        raise CorruptFile(path, f"{path} cannot be read as a {what} ({err}: truncated or corrupt; a full disk or an "
-                                f"unfinished copy does that); {fix}") from None
+    """``torch.load`` of a checkpoint or weights file (:func:`reproduce.runs.files.load_checkpoint`)."""
+    return load_checkpoint(path, what, fix, map_location=map_location)
 
 
 class Ledger:

@@ -67,18 +67,15 @@ def load(path: Path) -> dict:
     """The registration at ``path`` (an empty one when there is none); a file that is not one is an error that
     names it."""
     from reproduce.errors import UserError
+    from reproduce.runs.files import load_registration
 
     if not path.exists():
         return {"claims": {}, "cells": {}}
     try:
-        data = json.loads(path.read_text())
-        if not isinstance(data.get("claims"), dict) or not isinstance(data.get("cells"), dict):
-            raise ValueError("expected the keys 'claims' and 'cells', each an object")
-    except (OSError, ValueError, AttributeError) as err:
-        raise UserError(f"{path}: not a registration file ({err}). It records when the table's claims and cells were "
-                        f"fixed; restore it from git (git checkout -- {path}) rather than deleting it: without it "
-                        f"every verdict renders as changed after run") from None
-    return data
+        return load_registration(path)
+    except OSError as err:  # a folder, unreadable
+        raise UserError(f"{path}: not a registration file ({err}); expected the JSON object reproduce.table writes; "
+                        f"restore it from git (git checkout -- {path})") from None
 
 
 def register(tables_dir, table, scale: str, seeds: list, cells, commit: dict) -> tuple[int, int]:

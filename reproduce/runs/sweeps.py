@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import CorruptFile
 from reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
 from reproduce.spec.config import HASH_EXCLUDED
 
@@ -142,27 +141,22 @@ def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) 
 
 def _recorded_spec(job_dir: Path) -> dict | None:
     """The spec a job recorded (``reproduce.spec.runspec.record_job_spec``), or None for an older job."""
+    from reproduce.runs.files import load_job_spec
     from reproduce.spec.runspec import JOB_SPEC
 
     path = job_dir / JOB_SPEC
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("config_hash"), str) or not data.get("runs_dir"):
-        raise CorruptFile(path, f"{path} is not a job spec (expected a JSON object with config_hash and runs_dir, as "
-                                f"reproduce.train writes it); remove it to find the job by composing its overrides")
-    return data
+    return load_job_spec(path) if path.is_file() else None
 
 
 def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     """Read one job folder: its overrides, the ledger run they compose to (by config hash), and why it failed
     when it did (its failure note, else the ledger record's error)."""
-    import yaml
+    from reproduce.runs.files import load_failure_note, load_overrides, load_run_record
 
-    overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    overrides = load_overrides(job_dir / ".hydra" / "overrides.yaml")
     job = Job(dir=job_dir, overrides=[str(o) for o in overrides], params=parse_overrides(overrides))
     note = job_dir / FAILURE_NOTE
-    failure = json.loads(note.read_text()) if note.is_file() else {}
+    failure = load_failure_note(note) if note.is_file() else {}
     recorded = _recorded_spec(job_dir)
     try:
         if recorded:  # the job recorded its spec (reproduce.train, since issue 24): nothing to compose
@@ -180,7 +174,7 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
             f"no ledger run {job.config_hash} in {runs}: the job did not start training, or was stopped before its "
             f"first record (see {job_dir} and the sweep's console output); pass --runs-dir if the ledger moved")
         return job
-    job.record = json.loads(result.read_text())
+    job.record = load_run_record(result, "restore it from a copy, or pass --runs-dir of the ledger the sweep wrote")
     status = job.record.get("status", "incomplete")
     if status == "complete" and stage not in job.record.get("metrics", {}):
         job.status = "incomplete"

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -54,8 +53,9 @@ from reproduce.errors import (
 )
 from reproduce.results.claims import Claim, validate_claims
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
+from reproduce.runs.files import load_cells_json, load_checkpoint, load_tensor_file
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
-from reproduce.runs.ledger import STATUS_COMPLETE, Ledger, load_torch_file
+from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 from reproduce.runs.provenance import command_line, git_commit, hardware_summary
 from reproduce.spec.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
 from reproduce.spec.runspec import compose, resolve
@@ -400,13 +400,13 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
         if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
             continue  # the run's files are not on this machine: the table still renders
         try:
-            state = load_torch_file(weights, "weights file", "the table renders without its figure")["model"]
+            state = load_checkpoint(weights, "weights file", "the table renders without its figure")["model"]
+            counts = load_tensor_file(run / "vocab_counts.pt", "vocabulary counts file", "the table renders without its figure")
         except CorruptFile as err:
             print(f"repdegen: warning: {err}", file=sys.stderr, flush=True)
             continue
         tied = r["config"]["model"].get("tie_weights", True)
         key = "embedding.weight" if tied or "output_weight" not in state else "output_weight"
-        counts = torch.load(run / "vocab_counts.pt")
         plot_svd_projection(state[key], counts, out / f"svd_{k}.png", f"{r['_row_label']} — {title}", max_points=20000)
         written.append(f"svd_{k}.png")
     return written
@@ -571,24 +571,20 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
 
 def training_command(cells_json: Path) -> str | None:
     """The command that trained a rendered table's cells, as its cells.json says (None: none yet)."""
-    import json
-
     try:
-        command = json.loads(cells_json.read_text()).get("command")
-    except (OSError, ValueError, AttributeError):
+        command = load_cells_json(cells_json).get("command")
+    except (OSError, CorruptFile):
         return None
     return command if isinstance(command, str) and command and "render_only=true" not in command else None
 
 
 def complete_hashes(cells_json: Path) -> set[str]:
     """The complete cells of a rendered table (its ``cells.json``; none when there is no readable one)."""
-    import json
-
     try:
-        cells = json.loads(cells_json.read_text())["cells"]
-        return {c["config_hash"] for c in cells if c.get("status") == STATUS_COMPLETE and c.get("config_hash")}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        cells = load_cells_json(cells_json)["cells"]
+    except (OSError, CorruptFile):
         return set()
+    return {c["config_hash"] for c in cells if c.get("status") == STATUS_COMPLETE and c.get("config_hash")}
 
 
 def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,

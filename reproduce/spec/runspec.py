@@ -115,10 +115,12 @@ def read_cell(path: str | Path) -> RunSpec:
     """The spec a table wrote to ``path``: its config on the current schema (fields added to the code since it was
     written take their defaults, which leave the experiment and its hash unchanged), not composed or finalized again.
     Its hash must be the one its directory is named by: an edited cell.yaml is another experiment."""
+    from reproduce.runs.files import load_cell_yaml
+
     path = Path(path)
     base = OmegaConf.structured(Config)
     OmegaConf.set_struct(base, False)
-    cfg = OmegaConf.merge(base, OmegaConf.load(path))
+    cfg = OmegaConf.merge(base, load_cell_yaml(path))  # its schema checked, the file named when it is bad
     if not cfg.get("_finalized", False):
         raise CorruptFile(path, f"{path} is not a cell config written by reproduce.table (it was never finalized); "
                                 f"run the table again to write it")
