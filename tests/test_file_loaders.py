@@ -194,7 +194,7 @@ def test_a_record_without_its_config_is_one_error_line(entry, tmp_path, capsys):
 # ---- every file the suite's own runs write passes its loader ---------------------------------------------
 def test_the_files_a_real_run_writes_pass_their_loaders(trained, tmp_path):  # noqa: F811
     from reproduce.errors import write_failure_note
-    from reproduce.runs.launch import load_cell_config, write_cell_config
+    from reproduce.spec.runspec import as_spec, read_cell, write_cell
 
     out, cfg, run_dir = trained
     for path in sorted(out.rglob("result*.json")):
@@ -206,8 +206,9 @@ def test_the_files_a_real_run_writes_pass_their_loaders(trained, tmp_path):  # n
     for name in ("vocab_counts.pt", "init_embedding.pt"):
         if (run_dir / name).is_file():
             assert torch.equal(files.load_tensor_file(run_dir / name, name, "fix"), torch.load(run_dir / name))
-    cell = write_cell_config(cfg, run_dir.name, tmp_path / "runs")
+    spec = as_spec(cfg)
+    cell = write_cell(spec, tmp_path / "runs")
     assert files.load_cell_yaml(cell) == OmegaConf.load(cell)
-    assert load_cell_config(cell).model == OmegaConf.load(cell).model
+    assert read_cell(cell).config_hash == spec.config_hash == run_dir.name  # the trained run's own hash
     write_failure_note(tmp_path, RuntimeError("boom"))
     assert files.load_failure_note(tmp_path / "failure.json") == json.loads((tmp_path / "failure.json").read_text())

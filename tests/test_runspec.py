@@ -80,7 +80,8 @@ def test_an_edited_or_unfinalized_cell_is_refused_naming_the_file(tmp_path):
         read_cell(path)
     plain = tmp_path / "other" / "cell.yaml"
     plain.parent.mkdir()
-    plain.write_text("model: {name: vd_lstm_small}\n")
+    plain.write_text(text.replace("_finalized: true\n", ""))
+    assert plain.read_text() != text
     with pytest.raises(CorruptFile, match="never finalized"):
         read_cell(plain)
 
@@ -95,7 +96,8 @@ def test_a_sweep_job_is_found_by_its_recorded_hash_not_by_composing(tmp_path, mo
     assert recorded["config_hash"] == spec.config_hash
     run = tmp_path / "runs" / spec.config_hash
     run.mkdir(parents=True)
-    (run / "result.json").write_text(json.dumps({"status": "complete", "metrics": {"final": {"valid_ppl": 5.0}}}))
+    (run / "result.json").write_text(json.dumps({"config_hash": spec.config_hash, "status": "complete", "config": {},
+                                                 "metrics": {"final": {"valid_ppl": 5.0}}}))
 
     def forbidden(*_a, **_k):
         raise AssertionError("the job's overrides were composed again")
@@ -107,3 +109,11 @@ def test_a_sweep_job_is_found_by_its_recorded_hash_not_by_composing(tmp_path, mo
 
 def test_runspec_fields():
     assert [f.name for f in dataclasses.fields(RunSpec)] == ["cfg", "config_hash", "overrides", "preset", "choices"]
+
+
+def test_a_bad_job_spec_names_the_file_and_the_key(tmp_path):
+    job_dir = tmp_path / "0"
+    job_dir.mkdir()
+    (job_dir / JOB_SPEC).write_text(json.dumps({"runs_dir": "/x"}))
+    with pytest.raises(CorruptFile, match=r"run_spec.json.*config_hash"):
+        sweeps._recorded_spec(job_dir)
