@@ -406,13 +406,6 @@ def _check_choice(cfg: DictConfig, key: str, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}; set {key}=<one of those>")
 
 
-def _check_positive(cfg: DictConfig, keys: tuple[str, ...]) -> None:
-    for key in keys:
-        value = OmegaConf.select(cfg, key)
-        if value is not None and value <= 0:
-            raise ConfigError(f"{key}={value} must be positive")
-
-
 # the config key each scale field caps: min(the key's value, scale.<field>), or the field when the key is unset
 # what each field of the scale's record stands for: conf/scale/<name>.yaml sets these keys (smoke, by interpolation
 # from its record), so `scale.max_epochs=3 scale=smoke` reaches trainer.max_epochs; a record field changed where its
@@ -504,28 +497,6 @@ def finalize(cfg: DictConfig) -> DictConfig:
     apply_scale(cfg)
     for key, allowed in VALID_CHOICES.items():
         _check_choice(cfg, key, allowed)
-    _check_positive(
-        cfg,
-        (
-            "trainer.max_epochs",
-            "trainer.batch_size",
-            "trainer.bptt",
-            "trainer.eval_batch_size",
-            "trainer.eval_bptt",
-            "trainer.test_batch_size",
-            "optim.lr",
-            "dataset.train_tokens",
-            "dataset.eval_tokens",
-            "dataset.train_pairs",
-            "dataset.eval_pairs",
-            "dataset.bpe_vocab_size",
-            "trainer.update_freq",
-            "trainer.max_updates",
-            "trainer.max_tokens",
-            "trainer.generation.beam",
-            "trainer.generation.batch_size",
-        ),
-    )
     check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/spec/domains.py)
     _check_data_model(cfg)
     from losses import validate_objective
