@@ -244,3 +244,16 @@ def test_a_v1_rendering_shows_no_verdict_and_a_claim_na_at_a_scale_is_counted_th
     table = OmegaConf.create({"rows": [{"label": "A", "experiment": "x"}, {"label": "B", "experiment": "x"}]})
     claim = OmegaConf.create({"checks": [{"row": "A", "than": "B"}], "na": {"lite": "measured reason"}})
     assert claim_scales(table, claim) == ["paper", "smoke"]
+
+
+def test_an_orphan_rendering_is_titled_from_its_cells_json_not_its_markdown(tmp_path):
+    """The report reads a rendering's structured record (cells.json meta), never parses its Markdown."""
+    for name, meta in (("gone_t1", {"title": "From the record", "source": "Someone (2020), Table 1"}), ("gone_t2", None)):
+        out = tmp_path / "tables" / name / "lite"
+        out.mkdir(parents=True)
+        (out / "table.md").write_text("## A Markdown heading the report must not read\n")
+        if meta is not None:
+            (out / "cells.json").write_text(json.dumps({"cells": [], "meta": meta}))
+    found = {t.name: (t.title, t.source) for t in report.orphan_tables(tmp_path, [])}
+    assert found["gone_t1"] == ("From the record (its config is no longer in conf/table)", "Someone (2020), Table 1")
+    assert found["gone_t2"] == ("gone_t2 (its config is no longer in conf/table)", "gone")

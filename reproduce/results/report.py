@@ -279,11 +279,11 @@ def orphan_tables(results_dir: Path, tables: list[TableInfo]) -> list[TableInfo]
         mds = sorted(d.glob("*/table.md"))
         if d.name in known or not mds:
             continue
-        title = mds[0].read_text().splitlines()[0].lstrip("# ").strip() if mds[0].read_text().strip() else d.name
-        try:
-            source = load_cells_json(mds[0].parent / "cells.json")["meta"]["source"]
-        except (OSError, CorruptFile, KeyError):
-            source = d.name.split("_")[0]
+        try:  # the rendering's structured record (cells.json); its Markdown is only embedded, never parsed
+            meta = load_cells_json(mds[0].parent / "cells.json").get("meta") or {}
+        except (OSError, CorruptFile):
+            meta = {}
+        title, source = meta.get("title") or d.name, meta.get("source") or d.name.split("_")[0]
         out.append(TableInfo(d.name, title + " (its config is no longer in conf/table)", source))
     return out
 

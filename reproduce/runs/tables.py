@@ -503,6 +503,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     seeds = seeds_at(t, scale)
     relative = scale != "paper"
     meta = {
+        "title": t.title,
         "source": t.source,
         "scale": scale,
         "scale_note": SCALE_NOTES.get(scale, ""),
