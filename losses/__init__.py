@@ -25,7 +25,7 @@ register_objective = OBJECTIVES.register
 @dataclass
 class ObjectiveConfig:
     """What every objective's config has: its registered ``name`` and ``tie_weights`` (None: the model's own
-    default, tied for AWD-LSTM and the Transformers, untied for the LSTMs of Inan et al.; ``reproduce.spec.config.finalize``
+    default, tied for AWD-LSTM and the Transformers, untied for the LSTMs of Inan et al.; ``reproduce.settings.config.finalize``
     resolves it and writes the result to ``model.tie_weights`` too)."""
 
     name: str = "?"

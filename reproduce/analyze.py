@@ -33,7 +33,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from reproduce.errors import ConfigError, exit_on_user_error
-from reproduce.spec.config import register_all
+from reproduce.settings.config import register_all
 
 register_all()
 

@@ -7,7 +7,8 @@ config with where each value comes from.
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
 
 The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
-override or a preset's section sets (``all=true``: schema defaults too), then the config hash (see :mod:`reproduce.spec.sources`).
+override or a preset's section sets (``all=true``: schema defaults too), then the config hash
+(see :mod:`reproduce.settings.sources`).
 
 The vocabulary size is counted from the corpus when it is in a local directory (``REPDEGEN_DATA_DIR``),
 else taken from ``dataset.vocab_size`` (the papers' value); the output says which. The model
@@ -26,8 +27,8 @@ from omegaconf import DictConfig
 
 from models import build_model, resolve_tie
 from reproduce.errors import exit_on_user_error
-from reproduce.spec.config import register_all
-from reproduce.spec.runspec import RunSpec, as_spec
+from reproduce.settings.config import register_all
+from reproduce.settings.resolve import RunSpec, as_spec
 from reproduce.train import plain_config, resolve_app
 
 register_all()
@@ -120,8 +121,8 @@ def annotated(args: list[str]) -> str:
     """The text of ``describe table=... row=...`` or ``describe experiment=... sources=true``."""
     from hydra import initialize_config_dir
 
-    from reproduce.spec.config import CONF_DIR, config_hash
-    from reproduce.spec.sources import compose_with_sources, format_sources
+    from reproduce.settings.config import CONF_DIR, config_hash
+    from reproduce.settings.sources import compose_with_sources, format_sources
 
     args = list(args)
     show_all = (_pop_flag(args, "all") or "false").lower() == "true"

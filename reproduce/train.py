@@ -58,8 +58,8 @@ from reproduce.errors import (
 )
 from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
 from reproduce.runs.provenance import command_line, git_commit, hardware
-from reproduce.spec.config import register_all
-from reproduce.spec.runspec import RunSpec, as_spec, record_job_spec, resolve
+from reproduce.settings.config import register_all
+from reproduce.settings.resolve import RunSpec, as_spec, record_job_spec, resolve
 
 register_all()
 
@@ -313,7 +313,7 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
 
 
 def resolve_app() -> RunSpec:
-    """The spec of this Hydra app's overrides (:func:`reproduce.spec.runspec.resolve`: the experiment preset's sections
+    """The spec of this Hydra app's overrides (:func:`reproduce.settings.resolve.resolve`: the experiment preset's sections
     for the objective and scale included; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at
     lite); the command line wins."""
     spec = resolve(list(HydraConfig.get().overrides.task))

@@ -25,7 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from reproduce.engine.progress import progress_bar
 from reproduce.errors import ConfigError, DataError, exit_on_user_error
-from reproduce.spec.config import GenerationConfig, register_all
+from reproduce.settings.config import GenerationConfig, register_all
 
 register_all()
 

@@ -36,7 +36,7 @@ def grid_hashes(objective: str, runs_dir: str) -> dict[tuple[float, str], str]:
     from hydra import initialize_config_dir
 
     from reproduce.runs.tables import compose_cell
-    from reproduce.spec.config import CONF_DIR, config_hash, finalize, register_all
+    from reproduce.settings.config import CONF_DIR, config_hash, finalize, register_all
 
     register_all()
     out = {}

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from hydra import initialize_config_dir  # noqa: E402
 
-from reproduce.spec.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
+from reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 from reproduce.train import train  # noqa: E402
 
 

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hydra import initialize_config_dir
 
-    from reproduce.spec.config import compose_config, finalize, register_all
+    from reproduce.settings.config import compose_config, finalize, register_all
 
     register_all()
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):

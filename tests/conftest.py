@@ -11,7 +11,7 @@ import pytest
 import torch
 from hydra import initialize_config_dir
 
-from reproduce.spec.config import CONF_DIR, compose_config, register_all
+from reproduce.settings.config import CONF_DIR, compose_config, register_all
 
 register_all()
 # one thread per pytest-xdist worker (`make test` runs one worker per core), else up to two

@@ -220,7 +220,7 @@ def test_values_a_preset_set_are_read_from_the_run():
 def test_sweep_presets_compose_with_their_grid_and_the_callback(preset, key, objective, experiment):
     from hydra import compose, initialize_config_dir
 
-    from reproduce.spec.config import CONF_DIR
+    from reproduce.settings.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"+sweep={preset}", "scale=smoke"], return_hydra_config=True)

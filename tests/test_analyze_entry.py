@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from reproduce.analyze import AnalyzeConfig, analyze
 from reproduce.errors import ConfigError
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 from reproduce.train import train
 
 

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from reproduce.errors import EXIT_USER_ERROR, ConfigError, as_user_error, condense_hydra_error, exit_on_user_error
-from reproduce.spec.config import CONF_DIR, compose_config, config_hash, finalize
+from reproduce.settings.config import CONF_DIR, compose_config, config_hash, finalize
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ("model=vd_lstm_small", "dataset=ptb", "objective=mle", "scale=smoke", "trainer.progress=false")

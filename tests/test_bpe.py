@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from data.bpe import BOS, EOS, PAD, SPECIALS, UNK, BPETokenizer, train_bpe
 from data.corpus import load_corpus
 from reproduce.errors import ConfigError, DataError
-from reproduce.spec.config import DatasetConfig
+from reproduce.settings.config import DatasetConfig
 
 SENTENCES = [
     "Ein kleines Mädchen läuft über die Straße.",

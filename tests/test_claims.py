@@ -28,7 +28,7 @@ from reproduce.results.claims import (
     validate_claims,
 )
 from reproduce.runs.tables import TableConfig, expand_cells, scale_names
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 

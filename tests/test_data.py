@@ -16,7 +16,7 @@ from data.batching import batchify, bptt_segments, get_batch, variable_length
 from data.bpe import EOS
 from data.corpus import load_corpus
 from reproduce.errors import DataError
-from reproduce.spec.config import DatasetConfig
+from reproduce.settings.config import DatasetConfig
 from tests.conftest import REAL_DATA, requires_real_data, write_tiny_corpus
 
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}

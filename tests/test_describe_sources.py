@@ -1,5 +1,5 @@
 """`reproduce.describe table=... row=...` and `sources=true`: a cell's config with where each value comes from
-(reproduce/spec/sources.py), checked against the YAML files themselves and against the table's own cell hashes."""
+(reproduce/settings/sources.py), checked against the YAML files themselves and against the table's own cell hashes."""
 
 import subprocess
 import sys
@@ -11,8 +11,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from reproduce.runs.tables import expand_cells
-from reproduce.spec.config import CONF_DIR, config_hash
-from reproduce.spec.sources import compose_with_sources, flatten
+from reproduce.settings.config import CONF_DIR, config_hash
+from reproduce.settings.sources import compose_with_sources, flatten
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ import torch
 
 from reproduce.engine import distributed as dist
 from reproduce.errors import ConfigError
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 from reproduce.train import train
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Every numeric setting has a declared domain (reproduce/spec/domains.py) and values outside it are refused where the
+"""Every numeric setting has a declared domain (reproduce/settings/domains.py) and values outside it are refused where the
 config is resolved: a property test over the resolved config of every table cell and preset (tests/golden), then the
 command line (exit 2, one `repdegen: error:` line, nothing written)."""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from reproduce.errors import ConfigError
-from reproduce.spec.domains import DOMAINS, check_domains, domain_of, numeric_leaves, parse_domain
+from reproduce.settings.domains import DOMAINS, check_domains, domain_of, numeric_leaves, parse_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = sorted((ROOT / "tests" / "golden" / "configs").glob("*.yaml"))
@@ -63,7 +63,7 @@ def test_every_numeric_key_of_every_cell_has_a_domain_and_every_cell_is_inside()
     assert GOLDEN, "tests/golden has no configs"
     undeclared = {k for tree in golden_trees() for k, v in numeric_leaves(tree).items()
                   if v is not None and domain_of(k) is None}
-    assert not undeclared, f"numeric settings without a domain in reproduce/spec/domains.py: {sorted(undeclared)}"
+    assert not undeclared, f"numeric settings without a domain in reproduce/settings/domains.py: {sorted(undeclared)}"
     for tree in golden_trees():
         check_domains(tree)  # the papers' own settings are inside (a ConfigError here names the key)
 

@@ -19,7 +19,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from reproduce.runs.tables import compose_cell, expand_cells
-from reproduce.spec.config import CONF_DIR, config_hash, finalize, hashed_view
+from reproduce.settings.config import CONF_DIR, config_hash, finalize, hashed_view
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

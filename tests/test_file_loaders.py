@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from core.errors import CorruptFile
 from reproduce.runs import files
 from reproduce.runs.ledger import CorruptRecord, Ledger, read_record
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 from tests.test_bad_inputs import call_entry, one_error_line, trained  # noqa: F401 (trained: a fixture)
 
 GOOD_RECORD = {"config_hash": "abc", "status": "complete", "label": "x", "config": {"trainer": {"max_epochs": 1}},
@@ -194,7 +194,7 @@ def test_a_record_without_its_config_is_one_error_line(entry, tmp_path, capsys):
 # ---- every file the suite's own runs write passes its loader ---------------------------------------------
 def test_the_files_a_real_run_writes_pass_their_loaders(trained, tmp_path):  # noqa: F811
     from reproduce.errors import write_failure_note
-    from reproduce.spec.runspec import as_spec, read_cell, write_cell
+    from reproduce.settings.resolve import as_spec, read_cell, write_cell
 
     out, cfg, run_dir = trained
     for path in sorted(out.rglob("result*.json")):

@@ -11,7 +11,7 @@ from losses.ul import unlikelihood_token_sum
 from losses.ul_agg import ULAGGConfig
 from models import build_model
 from models.lstm_lm import LSTMLMConfig
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 from reproduce.train import train
 
 V, D = 20, 8

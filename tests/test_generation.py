@@ -25,7 +25,7 @@ from models.generation import (
 )
 from models.lstm_lm import LSTMLMConfig
 from reproduce.errors import ConfigError
-from reproduce.spec.config import GenerationConfig
+from reproduce.settings.config import GenerationConfig
 
 PAD, EOS = 0, 1
 

@@ -9,7 +9,7 @@ from losses import build_objective
 from losses.al import ALConfig, augmented_loss
 from models import build_model
 from models.lstm_lm import LSTMLMConfig
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 from reproduce.train import train
 
 

@@ -19,7 +19,7 @@ from reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
 from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
 from reproduce.runs.ledger import Ledger, RunLocked
 from reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
-from reproduce.spec.config import CONF_DIR, compose_config
+from reproduce.settings.config import CONF_DIR, compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -311,7 +311,7 @@ def test_every_table_is_in_one_smoke_group():
 def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
     """`torchrun ... experiment=yu2022/gpt2_medium_agg` trains the run the Yu tables' AGG rows name
     (one config hash), as one 8-GPU cell at paper scale and one GPU at lite."""
-    from reproduce.spec.config import config_hash, finalize
+    from reproduce.settings.config import config_hash, finalize
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         alias = finalize(compose_config(["experiment=yu2022/gpt2_medium_agg"]))

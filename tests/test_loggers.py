@@ -15,7 +15,7 @@ import torch
 
 from reproduce.engine.loggers import WandbLogger, flatten, log_table, make_logger, table_rows
 from reproduce.results.render import RenderedRow
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 
 REPO = Path(__file__).resolve().parents[1]
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke")

@@ -10,7 +10,7 @@ import yaml
 
 from reproduce.results.claims import ALWAYS_RECORDED, DEFAULT_MARGINS, LM_RECORDED, default_margin, table_metrics
 from reproduce.results.metrics import METRICS, metric
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 
 
 @pytest.mark.parametrize(("name", "value", "text"), [

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 from reproduce.train import EXIT_PREEMPTED, load_any_corpus, train
 
 REPO = Path(__file__).resolve().parents[1]

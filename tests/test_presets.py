@@ -1,5 +1,5 @@
 """An experiment preset holds its own per-objective values (`objectives:`) and lite/smoke budgets (`scales:`), applied
-as overrides over the preset by the one composition (`reproduce.spec.config.compose_preset`); the scale file states what a
+as overrides over the preset by the one composition (`reproduce.settings.config.compose_preset`); the scale file states what a
 scale sets (no hidden caps); a table row and the command line win over all of them. Expected values are read from
 the YAML files themselves (yaml.safe_load, not our code)."""
 
@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from reproduce.runs.tables import compose_cell, expand_cells
-from reproduce.spec.config import CONF_DIR, ConfigError, _override_value, config_hash, finalize, preset_overrides
+from reproduce.settings.config import CONF_DIR, ConfigError, _override_value, config_hash, finalize, preset_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from reproduce.runs.tables import run_table
-from reproduce.spec.config import CONF_DIR, compose_config
+from reproduce.settings.config import CONF_DIR, compose_config
 from tests.conftest import REAL_DATA, requires_real_data
 
 pytestmark = [pytest.mark.slow, requires_real_data("ptb", "wikitext-2")]

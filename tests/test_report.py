@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from reproduce.results import report
 from reproduce.results.render import _delta, _fmt
 from reproduce.runs.ledger import Ledger
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ["trainer.test_batch_size=10"]

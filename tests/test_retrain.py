@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from reproduce.errors import ConfigError
-from reproduce.spec.config import config_hash, finalize
+from reproduce.settings.config import config_hash, finalize
 from reproduce.train import train
 
 from .test_train import VD_SMOKE, final_numbers, history_numbers

@@ -1,4 +1,4 @@
-"""RunSpec (reproduce/spec/runspec.py): overrides resolve once into a frozen spec; a table cell's process reads the
+"""RunSpec (reproduce/settings/resolve.py): overrides resolve once into a frozen spec; a table cell's process reads the
 spec its table wrote without composing or finalizing again; a sweep job records its hash. The expected configs are
 built independently: Hydra's own compose with the preset's sections read from the YAML file (yaml.safe_load)."""
 
@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 from core.errors import CorruptFile
 from reproduce.runs import sweeps
-from reproduce.spec import runspec
-from reproduce.spec.config import CONF_DIR, _override_value, config_hash, finalize, register_all
-from reproduce.spec.runspec import JOB_SPEC, RunSpec, read_cell, record_job_spec, resolve, write_cell
+from reproduce.settings import resolve as runspec
+from reproduce.settings.config import CONF_DIR, _override_value, config_hash, finalize, register_all
+from reproduce.settings.resolve import JOB_SPEC, RunSpec, read_cell, record_job_spec, resolve, write_cell
 
 register_all()
 

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 import reproduce.train as train_mod
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.runs.tables import expand_cells, run_table
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 

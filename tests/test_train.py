@@ -18,7 +18,7 @@ from hydra.errors import ConfigCompositionException
 import reproduce.engine.trainer as trainer_mod
 from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
 from reproduce.errors import ConfigError, TrainingDiverged
-from reproduce.spec.config import config_hash, finalize, hashed_view
+from reproduce.settings.config import config_hash, finalize, hashed_view
 from reproduce.train import train
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from losses import build_objective
 from losses.cosreg import cosine_regularizer
 from models import build_model
 from reproduce.engine.trainer import Trainer
-from reproduce.spec.config import finalize
+from reproduce.settings.config import finalize
 
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke", "model.dropout=0", "optim.clip_grad_norm=null",
             "objective.tie_weights=true", "trainer.bptt=7")

@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from reproduce.engine.trainer import Trainer
 from reproduce.errors import ConfigError
-from reproduce.spec.config import CONF_DIR, GenerationConfig, compose_config, finalize
+from reproduce.settings.config import CONF_DIR, GenerationConfig, compose_config, finalize
 from reproduce.train import load_any_corpus, train
 
 WORDS = "red blue green cat dog bird runs sits sleeps big small the a on under".split()

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from data.bpe import EOS, PAD
 from data.translation import ParallelSplit, collate, load_parallel_corpus, token_batches
 from reproduce.errors import DataError
-from reproduce.spec.config import DatasetConfig
+from reproduce.settings.config import DatasetConfig
 from tests.conftest import REAL_DATA, requires_real_data
 
 PAIRS = [

@@ -13,7 +13,7 @@ import bench  # noqa: E402
 
 from data.translation import PAD, ParallelSplit, collate  # noqa: E402
 from losses import TokenLayout  # noqa: E402
-from reproduce.spec.config import register_all  # noqa: E402
+from reproduce.settings.config import register_all  # noqa: E402
 
 
 def test_target_rows_equal_boolean_masking(tmp_path):

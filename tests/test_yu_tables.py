@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from reproduce.runs.tables import expand_cells, runs_at
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 
 YU_TABLES = ["yu2022_t1", "yu2022_t2", "yu2022_t3", "yu2022_t4", "yu2022_t6", "yu2022_t7", "yu2022_t8", "yu2022_t9",
              "yu2022_t10", "yu2022_t11"]

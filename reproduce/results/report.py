@@ -36,7 +36,7 @@ from core.errors import CorruptFile
 from core.files import atomic_write_bytes
 from reproduce.runs.files import load_cells_json, load_claims_json
 from reproduce.runs.ledger import STATUS_COMPLETE
-from reproduce.spec.config import CONF_DIR
+from reproduce.settings.config import CONF_DIR
 
 SCALES = ("paper", "lite", "smoke")
 GENERATED_PREFIX = "Generated: "

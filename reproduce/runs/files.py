@@ -276,7 +276,7 @@ def load_failure_note(path: Path) -> dict:
 
 
 def load_job_spec(path: Path) -> dict:
-    """A sweep job's ``run_spec.json`` (:func:`reproduce.spec.runspec.record_job_spec`): an object with the run's
+    """A sweep job's ``run_spec.json`` (:func:`reproduce.settings.resolve.record_job_spec`): an object with the run's
     ``config_hash`` and its ledger folder ``runs_dir``."""
     return _json_object(path, "job spec", "the JSON object reproduce.train writes for each job of a sweep",
                         "delete it to find the job's run by composing its overrides again", {"config_hash": str,

@@ -99,8 +99,8 @@ class Job:
 
 def write_cell_config(cfg: DictConfig, config_hash: str, runs_dir: str | Path) -> Path:
     """``<runs_dir>/<hash>/cell.yaml``: the finalized training config the cell's process runs
-    (:func:`reproduce.spec.runspec.write_cell`)."""
-    from reproduce.spec.runspec import RunSpec, write_cell
+    (:func:`reproduce.settings.resolve.write_cell`)."""
+    from reproduce.settings.resolve import RunSpec, write_cell
 
     return write_cell(RunSpec(cfg, config_hash), runs_dir)
 
@@ -526,7 +526,7 @@ def run_cell(cfg_path: Path) -> int:
 
     from reproduce.engine import distributed as dist
     from reproduce.errors import as_user_error, report_user_error
-    from reproduce.spec.runspec import read_cell
+    from reproduce.settings.resolve import read_cell
     from reproduce.train import RunLockedError, train
 
     try:

@@ -6,9 +6,9 @@
 
 Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml``: what the job was asked for.
 A sweep is a list of cells like a table: each job's overrides are composed as ``reproduce.train`` composes them
-(``reproduce.spec.config.compose_preset``), and its run is found in the ledger by config hash. The swept keys are the
+(``reproduce.settings.config.compose_preset``), and its run is found in the ledger by config hash. The swept keys are the
 overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept key (``--replicate``). Keys
-that do not change the experiment (``paths``, ``trainer.progress``..., see :data:`reproduce.spec.config.HASH_EXCLUDED`)
+that do not change the experiment (``paths``, ``trainer.progress``..., see :data:`reproduce.settings.config.HASH_EXCLUDED`)
 and ``hydra.*`` are never swept keys. Jobs are grouped by their swept values; per group: the number of runs and the
 mean and sample standard deviation (ddof = 1; none for a single run) of each metric of the ledger's
 ``result.json`` (``metrics.<stage>``). Written to ``--out`` (default: the first DIR):
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
-from reproduce.spec.config import HASH_EXCLUDED
+from reproduce.settings.config import HASH_EXCLUDED
 
 DEFAULT_METRICS = ("valid_ppl", "test_ppl", "isotropy")
 # added to the defaults when some run has them (Yu et al. 2022 Fig. 5 plots PPL, Uniq and I(W))
@@ -130,9 +130,9 @@ def _job_runs_dir(job_dir: Path, cfg) -> Path:
 
 def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) -> tuple[str, Path]:
     """(config hash, ledger folder) of a job that did not record its spec (a sweep run before jobs did): its
-    overrides resolved as ``reproduce.train`` resolves them (:func:`reproduce.spec.runspec.resolve`), so its run is
+    overrides resolved as ``reproduce.train`` resolves them (:func:`reproduce.settings.resolve.resolve`), so its run is
     found in the ledger by hash like a table's cells. Raises what composition raises."""
-    from reproduce.spec.runspec import resolve
+    from reproduce.settings.resolve import resolve
 
     spec = resolve(list(overrides))
     cfg, h = spec.cfg, spec.config_hash
@@ -140,9 +140,9 @@ def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) 
 
 
 def _recorded_spec(job_dir: Path) -> dict | None:
-    """The spec a job recorded (``reproduce.spec.runspec.record_job_spec``), or None for an older job."""
+    """The spec a job recorded (``reproduce.settings.resolve.record_job_spec``), or None for an older job."""
     from reproduce.runs.files import load_job_spec
-    from reproduce.spec.runspec import JOB_SPEC
+    from reproduce.settings.resolve import JOB_SPEC
 
     path = job_dir / JOB_SPEC
     return load_job_spec(path) if path.is_file() else None

@@ -57,8 +57,8 @@ from reproduce.runs.files import load_cells_json, load_checkpoint, load_tensor_f
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 from reproduce.runs.provenance import command_line, git_commit, hardware_summary
-from reproduce.spec.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
-from reproduce.spec.runspec import compose, resolve
+from reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
+from reproduce.settings.resolve import compose, resolve
 
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
@@ -175,7 +175,7 @@ def runs_at(row, scale: str) -> bool:
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
     """The config ``reproduce.train experiment=... <overrides>`` would run, before it is finalized (the preset's
-    sections for its objective and scale included; the overrides win over them): :func:`reproduce.spec.runspec.compose`."""
+    sections for its objective and scale included; the overrides win over them): :func:`reproduce.settings.resolve.compose`."""
     return compose([f"experiment={experiment}", *overrides])[0]
 
 
@@ -700,7 +700,7 @@ def register_tables(expanded: list[tuple[DictConfig, list[Cell]]]) -> None:
 
 
 def all_table_names() -> list[str]:
-    from reproduce.spec.config import CONF_DIR
+    from reproduce.settings.config import CONF_DIR
 
     return sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 

@@ -1,6 +1,6 @@
 """Where each value of a run's config comes from: the config files Hydra merged (in its defaults-list order), the
 experiment preset's sections for the run's objective and scale, the command line or a table row's overrides, and the
-scale's width multiplier ``reproduce.spec.config.finalize`` applies in Python.
+scale's width multiplier ``reproduce.settings.config.finalize`` applies in Python.
 
     python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite          # one table cell
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
@@ -41,7 +41,7 @@ def _container(cfg: DictConfig, resolve: bool) -> dict:
 
 def _file_label(default) -> str:
     """``conf/<path>.yaml`` for a file, ``schema default (<path>)`` for a dataclass in the ConfigStore."""
-    from reproduce.spec.config import CONF_DIR
+    from reproduce.settings.config import CONF_DIR
 
     path = default.config_path or "?"
     return f"conf/{path}.yaml" if (CONF_DIR / f"{path}.yaml").is_file() else f"schema default ({path})"
@@ -59,8 +59,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
 
-    from reproduce.runs.tables import compose_cell
-    from reproduce.spec.config import compose_preset, finalize
+    from reproduce.settings.config import compose_preset, compose_with_choices, finalize
 
     # the experiment preset's sections for its objective and scale are overrides placed before the given ones
     given = list(overrides)
@@ -86,8 +85,8 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
 
     # the overrides that set values (key=value, +key=value), after every file, in the order given
     cell_overrides = [o for o in overrides if not o.startswith("experiment=")]
-    composed = compose_cell(experiment, cell_overrides) if experiment else compose(config_name=config_name,
-                                                                                   overrides=overrides)
+    composed = (compose_preset(lambda o: compose_with_choices(o, config_name), [f"experiment={experiment}", *cell_overrides])[0]
+                if experiment else compose(config_name=config_name, overrides=overrides))
     for override in defaults.config_overrides:
         key = override.key_or_group.lstrip("+~")
         value = OmegaConf.select(composed, key, default=None)
@@ -106,7 +105,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
         if key.startswith("model.") and cfg.scale.width_mult != 1.0:
             why = f"scale.width_mult={cfg.scale.width_mult} (min width {cfg.scale.min_width})"
         else:
-            why = "finalize (reproduce/spec/config.py)"
+            why = "finalize (reproduce/settings/config.py)"
         history.setdefault(key, []).append((why, value))
     sources: dict[str, list[str]] = {}
     for key in final:
@@ -114,7 +113,7 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
         text = unresolved.get(key)
         interp = f" = {text}" if isinstance(text, str) and "${" in text else ""
         sources[key] = [f"{label}{interp if i == len(steps) - 1 else ''}" for i, (label, _) in enumerate(steps)]
-        sources[key] = sources[key] or ["set in Python (reproduce/spec/config.py finalize)"]
+        sources[key] = sources[key] or ["set in Python (reproduce/settings/config.py finalize)"]
     return cfg, sources
 
 

@@ -5,7 +5,7 @@ read-only config, its hash, the group choices, and what it was composed from. Ev
 the golden-config check; a cell's process reads the spec its table wrote (:func:`read_cell`) and trains it without
 composing or finalizing again.
 
-    from reproduce.spec.runspec import resolve
+    from reproduce.settings.resolve import resolve
     spec = resolve(["experiment=inan2017/small", "objective=real", "scale=lite"])
     spec.config_hash, spec.choices["model"], spec.cfg.optim.lr, spec.preset   # the preset's sections' overrides
 """
@@ -21,7 +21,15 @@ from types import MappingProxyType
 from omegaconf import DictConfig, OmegaConf
 
 from core.errors import CorruptFile
-from reproduce.spec.config import CONF_DIR, Config, compose_preset, config_hash, finalize, register_all
+from reproduce.settings.config import (
+    CONF_DIR,
+    Config,
+    compose_preset,
+    compose_with_choices,
+    config_hash,
+    finalize,
+    register_all,
+)
 
 
 @dataclass(frozen=True)
@@ -34,28 +42,10 @@ class RunSpec:
 
     def sources(self) -> dict:
         """Where each key's value came from (``python -m reproduce.describe ... sources=true``)."""
-        from reproduce.spec.sources import compose_with_sources
+        from reproduce.settings.sources import compose_with_sources
 
         with _hydra_initialized():
             return compose_with_sources(list(self.overrides[len(self.preset):]))[1]
-
-
-def hydra_choices(hydra_cfg) -> dict[str, str]:
-    """The group choices of a composition (``hydra.runtime.choices``), without Hydra's own groups: the one place
-    ``choices`` is derived."""
-    return {k: str(v) for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
-
-
-def _compose(overrides: list[str], config_name: str) -> DictConfig:
-    from hydra import compose
-
-    cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
-    choices = hydra_choices(cfg.hydra)
-    OmegaConf.set_struct(cfg, False)
-    del cfg["hydra"]
-    cfg.choices = choices
-    OmegaConf.set_struct(cfg, True)
-    return cfg
 
 
 @contextlib.contextmanager
@@ -78,7 +68,7 @@ def compose(overrides: Sequence[str], config_name: str = "config") -> tuple[Dict
     the preset's sections added."""
     given = list(overrides)
     with _hydra_initialized():
-        cfg, composed_with = compose_preset(lambda o: _compose(o, config_name), given, cache=config_name)
+        cfg, composed_with = compose_preset(lambda o: compose_with_choices(o, config_name), given, cache=config_name)
     return cfg, composed_with, composed_with[: len(composed_with) - len(given)]
 
 

@@ -25,7 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from data import kinds as data_kinds
 from reproduce.errors import ConfigError
-from reproduce.spec.domains import check_domains
+from reproduce.settings.domains import check_domains
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -474,7 +474,7 @@ def _check_data_model(cfg: DictConfig) -> None:
     if d.tokenizer == "bpe" and not d.bpe_vocab_size:
         raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (e.g. 8000); got {d.bpe_vocab_size}")
     data_kinds.check(d)  # the kind's own combinations (data/kinds.py)
-    # numeric bounds (retrain_sessions >= 0, label_smoothing in [0, 1), ...): reproduce/spec/domains.py, checked before this
+    # numeric bounds (retrain_sessions >= 0, label_smoothing in [0, 1), ...): reproduce/settings/domains.py, checked before this
     if t.precision == "bf16" and t.device == "cpu":
         print("repdegen: note: trainer.precision=bf16 on the CPU is slow; it is meant for GPUs")
     if cfg.optim.schedule == "inverse_sqrt" and cfg.optim.name != "adam":
@@ -497,7 +497,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
     apply_scale(cfg)
     for key, allowed in VALID_CHOICES.items():
         _check_choice(cfg, key, allowed)
-    check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/spec/domains.py)
+    check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/settings/domains.py)
     _check_data_model(cfg)
     from losses import validate_objective
     from models import check_tie, resolve_tie, validate_model
@@ -659,6 +659,25 @@ def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -
     if cfg is not None and composed_with == overrides:
         return cfg, overrides
     return compose_fn(overrides), overrides
+
+
+def hydra_choices(hydra_cfg) -> dict[str, str]:
+    """The group choices of a composition (``hydra.runtime.choices``), without Hydra's own groups: the one place
+    ``choices`` is derived."""
+    return {k: str(v) for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
+
+
+def compose_with_choices(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """Hydra's composition of ``overrides`` (Hydra must be initialized), its group choices in ``cfg.choices``."""
+    from hydra import compose
+
+    cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    choices = hydra_choices(cfg.hydra)
+    OmegaConf.set_struct(cfg, False)
+    del cfg["hydra"]
+    cfg.choices = choices
+    OmegaConf.set_struct(cfg, True)
+    return cfg
 
 
 def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
