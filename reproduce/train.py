@@ -37,6 +37,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from core.files import atomic_torch_save, remove_stale_temps
+from core.provenance import command_line, git_commit, hardware
 from data import kinds as data_kinds
 from losses import build_objective
 from models import build_model, resolve_tie
@@ -57,7 +58,6 @@ from reproduce.errors import (
     write_failure_note,
 )
 from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
-from reproduce.runs.provenance import command_line, git_commit, hardware
 from reproduce.settings.config import register_all
 from reproduce.settings.resolve import RunSpec, as_spec, record_job_spec, resolve
 

@@ -77,7 +77,7 @@ def _read_record(run_dir: Path) -> dict:
         raise ConfigError(
             f"{run_dir} has no result.json: checkpoint= must be a run directory of reproduce.train (or a file in one)"
         )
-    from reproduce.runs.files import load_run_record
+    from core.loaders import load_run_record
 
     return load_run_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
 
@@ -92,7 +92,7 @@ def other_weights(weights: Path) -> str:
 
 
 def load_weights_file(weights: Path) -> dict:
-    from reproduce.runs.files import load_checkpoint
+    from core.loaders import load_checkpoint
 
     return load_checkpoint(weights, "weights file", other_weights(weights))
 

@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import initialize_config_dir  # noqa: E402
 
+from core.provenance import git_commit, hardware  # noqa: E402
 from data.corpus import Corpus, Vocab  # noqa: E402
 from losses import build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
 from reproduce.engine.optim import use_bf16  # noqa: E402
 from reproduce.engine.trainer import Trainer  # noqa: E402
-from reproduce.runs.provenance import git_commit, hardware  # noqa: E402
 from reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 
 # peak dense tensor throughput (FLOP/s) by device name fragment: (bf16, fp32/tf32-off)

@@ -52,7 +52,7 @@ def real_epoch(args, out_dir: Path) -> dict:
     wall = time.time() - start
     if proc.returncode != 0:
         sys.exit(f"epoch_vs_bench: the epoch run failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    from reproduce.runs.files import load_run_record
+    from core.loaders import load_run_record
 
     record = load_run_record(next(out_dir.glob("runs/*/result.json")))
     h = record["history"][0]
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     import torch
 
-    from reproduce.runs.provenance import git_commit, hardware
+    from core.provenance import git_commit, hardware
 
     before = bench_rate(args)
     with tempfile.TemporaryDirectory(prefix="repdegen-epoch-") as tmp:

@@ -55,7 +55,7 @@ def init_geometry(run_dir: Path) -> dict:
     path = run_dir / "init_embedding.pt"
     if not path.is_file():
         return {}
-    from reproduce.runs.files import load_tensor_file
+    from core.loaders import load_tensor_file
 
     init = load_tensor_file(path, "initial embedding file", "move it aside, or train the run again")
     return {k: float(v) for k, v in embedding_metrics(init).items() if k in ("isotropy", "mean_cos")}
@@ -64,7 +64,7 @@ def init_geometry(run_dir: Path) -> dict:
 def rare_counts(run_dir: Path) -> dict:
 
     from analysis.groups import frequency_groups
-    from reproduce.runs.files import load_tensor_file
+    from core.loaders import load_tensor_file
 
     counts = load_tensor_file(run_dir / "vocab_counts.pt", "vocabulary counts file", "train the run again")
     specials = 4 if (run_dir / "bpe.model").is_file() else 0
@@ -74,7 +74,7 @@ def rare_counts(run_dir: Path) -> dict:
 
 
 def summarize(run_dir: Path) -> dict:
-    from reproduce.runs.files import load_run_record
+    from core.loaders import load_run_record
 
     result = load_run_record(run_dir / "result.json")
     hist = [h for h in result["history"] if "valid_ppl" in h]

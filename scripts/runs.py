@@ -12,7 +12,7 @@ from pathlib import Path
 
 from analysis.figures import plot_validation_curves
 from core.errors import CorruptFile
-from reproduce.runs.files import load_run_record
+from core.loaders import load_run_record
 
 
 def load_runs(roots: list[str]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""One loader per kind of file the project reads (``reproduce.runs.files``): a bad file (truncated, of the wrong
+"""One loader per kind of file the project reads (``core.loaders``): a bad file (truncated, of the wrong
 top-level type, a required key missing or of the wrong type) is a CorruptFile naming the file and the key; a good
 one reads as a plain json / yaml / OmegaConf / torch read reads it."""
 
@@ -13,8 +13,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from core import loaders as files
 from core.errors import CorruptFile
-from reproduce.runs import files
 from reproduce.runs.ledger import CorruptRecord, Ledger, read_record
 from reproduce.settings.config import CONF_DIR
 from tests.test_bad_inputs import call_entry, one_error_line, trained  # noqa: F401 (trained: a fixture)

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from core.files import atomic_torch_save
+from core.loaders import load_checkpoint
 from reproduce.engine import distributed as dist
-from reproduce.runs.files import load_checkpoint
 
 # what to do about a checkpoint that cannot be read (reproduce.train says it before a resume, the trainer on load)
 CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "

@@ -23,10 +23,10 @@ import math
 from pathlib import Path
 
 from analysis.metrics import embedding_metrics
+from core.loaders import load_tensor_file
 from reproduce.engine import distributed as dist
 from reproduce.engine.checkpoint import average_weights
 from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
-from reproduce.runs.files import load_tensor_file
 
 # the output embedding at initialisation, saved when a run starts (the drift metrics of analysis/geometry.py)
 INIT_EMBEDDING = "init_embedding.pt"

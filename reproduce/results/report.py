@@ -34,8 +34,7 @@ from omegaconf import OmegaConf
 
 from core.errors import CorruptFile
 from core.files import atomic_write_bytes
-from reproduce.runs.files import load_cells_json, load_claims_json
-from reproduce.runs.ledger import STATUS_COMPLETE
+from core.loaders import STATUS_COMPLETE, load_cells_json, load_claims_json
 from reproduce.settings.config import CONF_DIR
 
 SCALES = ("paper", "lite", "smoke")
@@ -526,7 +525,7 @@ def build_readme(results_dir: Path, tables: list[TableInfo], generated: str) -> 
 
 
 def _generated_line() -> str:
-    from reproduce.runs.provenance import git_commit
+    from core.provenance import git_commit
 
     git = git_commit()
     commit = git["commit"][:10] + (" (uncommitted changes)" if git.get("dirty") else "")

@@ -44,9 +44,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from core.loaders import load_run_record
 from reproduce.engine.progress import is_terminal
 from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
-from reproduce.runs.files import load_run_record
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 
 # what each exit status of `python -m reproduce.runs.launch <cell.yaml>` means for its cell (reproduce.errors)

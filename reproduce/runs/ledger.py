@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from core.files import atomic_write_json
-from reproduce.runs.files import CorruptRecord, check_torch_file, load_checkpoint, load_run_record
+from core.loaders import STATUS_COMPLETE, CorruptRecord, check_torch_file, load_checkpoint, load_run_record  # noqa: F401 (re-exported)
 
 __all__ = ["CorruptRecord", "check_torch_file", "load_torch_file", "read_record", "Ledger", "RunLocked"]
 
-STATUS_COMPLETE = "complete"
 # what a render-only reader tells the user to do about a corrupt record
 FIX_CORRUPT_RENDER = ("run the same command without render_only=true to move it aside (kept, renamed "
                       "result.corrupt-<time>.json) and run its cell again, or restore the file")
@@ -42,12 +41,12 @@ class RunLocked(Exception):
 
 def read_record(path: Path, fix: str) -> dict:
     """A run record from ``path``; :class:`CorruptRecord` (naming the file, and ``fix``) when it is not one
-    (:func:`reproduce.runs.files.load_run_record`)."""
+    (:func:`core.loaders.load_run_record`)."""
     return load_run_record(path, fix)
 
 
 def load_torch_file(path: Path, what: str, fix: str, map_location="cpu") -> Any:
-    """``torch.load`` of a checkpoint or weights file (:func:`reproduce.runs.files.load_checkpoint`)."""
+    """``torch.load`` of a checkpoint or weights file (:func:`core.loaders.load_checkpoint`)."""
     return load_checkpoint(path, what, fix, map_location=map_location)
 
 

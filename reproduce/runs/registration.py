@@ -66,8 +66,8 @@ def path_of(tables_dir, table: str, scale: str) -> Path:
 def load(path: Path) -> dict:
     """The registration at ``path`` (an empty one when there is none); a file that is not one is an error that
     names it."""
+    from core.loaders import load_registration
     from reproduce.errors import UserError
-    from reproduce.runs.files import load_registration
 
     if not path.exists():
         return {"claims": {}, "cells": {}}

@@ -141,7 +141,7 @@ def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) 
 
 def _recorded_spec(job_dir: Path) -> dict | None:
     """The spec a job recorded (``reproduce.settings.resolve.record_job_spec``), or None for an older job."""
-    from reproduce.runs.files import load_job_spec
+    from core.loaders import load_job_spec
     from reproduce.settings.resolve import JOB_SPEC
 
     path = job_dir / JOB_SPEC
@@ -151,7 +151,7 @@ def _recorded_spec(job_dir: Path) -> dict | None:
 def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     """Read one job folder: its overrides, the ledger run they compose to (by config hash), and why it failed
     when it did (its failure note, else the ledger record's error)."""
-    from reproduce.runs.files import load_failure_note, load_overrides, load_run_record
+    from core.loaders import load_failure_note, load_overrides, load_run_record
 
     overrides = load_overrides(job_dir / ".hydra" / "overrides.yaml")
     job = Job(dir=job_dir, overrides=[str(o) for o in overrides], params=parse_overrides(overrides))
@@ -410,8 +410,8 @@ def _one_line(text: str | None) -> str:
 
 
 def _meta(agg: Aggregate) -> dict:
+    from core.provenance import hardware_summary
     from reproduce.runs.launch import _fmt_seconds
-    from reproduce.runs.provenance import hardware_summary
 
     complete = [j for j in agg.jobs if j.record is not None and j.status == "complete" and j.superseded_by is None]
     labels = sorted({j.record.get("label", "?") for j in complete})

@@ -41,6 +41,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from analysis.figures import plot_validation_curves
 from core.files import atomic_write_bytes, atomic_write_json
+from core.loaders import load_cells_json, load_checkpoint, load_tensor_file
+from core.provenance import command_line, git_commit, hardware_summary
 from reproduce.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -53,10 +55,8 @@ from reproduce.errors import (
 )
 from reproduce.results.claims import Claim, validate_claims
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from reproduce.runs.files import load_cells_json, load_checkpoint, load_tensor_file
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
-from reproduce.runs.provenance import command_line, git_commit, hardware_summary
 from reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
 from reproduce.settings.resolve import compose, resolve
 

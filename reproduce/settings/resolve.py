@@ -105,7 +105,7 @@ def read_cell(path: str | Path) -> RunSpec:
     """The spec a table wrote to ``path``: its config on the current schema (fields added to the code since it was
     written take their defaults, which leave the experiment and its hash unchanged), not composed or finalized again.
     Its hash must be the one its directory is named by: an edited cell.yaml is another experiment."""
-    from reproduce.runs.files import load_cell_yaml
+    from core.loaders import load_cell_yaml
 
     path = Path(path)
     base = OmegaConf.structured(Config)

@@ -28,6 +28,9 @@ from typing import Any
 
 from core.errors import CorruptFile
 
+# the status of a run record (result.json) whose run finished (reproduce.runs.ledger re-exports it)
+STATUS_COMPLETE = "complete"
+
 
 class BadFile(CorruptFile):
     """A file of ours that is not what its writer writes; ``why`` says what is wrong."""
