@@ -124,3 +124,41 @@ def test_the_command_line_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp
     assert len(errors) == 1 and key in errors[0], r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())
+
+
+# ---- the same property through the train entry: exit status 2, one error line, nothing written ----------------
+REAL_CELLS = (["experiment=inan2017/small", "objective=real", "scale=smoke"],
+              ["experiment=yu2022/gpt2_wt103", "objective=agg", "scale=smoke"],
+              ["experiment=gao2019/transformer_base_en_de", "objective=cosreg", "scale=smoke"])
+
+
+def test_every_numeric_field_of_real_cells_is_refused_by_the_train_entry(tmp_path, capsys):
+    """Every numeric field of three real table cells (an LSTM LM, a Transformer LM with AGG, a translation model)
+    set to each value outside its domain (negative, zero where excluded, NaN, inf, a string, a fraction for an
+    integer): the train entry exits 2 with one `repdegen: error:` line naming the key, and writes nothing."""
+    from omegaconf import OmegaConf
+
+    from reproduce.errors import EXIT_USER_ERROR, exit_on_user_error
+    from reproduce.settings.resolve import compose
+    from reproduce.train import train
+
+    out = tmp_path / "out"
+    fields = values = 0
+    for overrides in REAL_CELLS:
+        cfg = compose([*overrides, f"paths.output_dir={out}"])[0]
+        tree = OmegaConf.to_container(cfg, resolve=True)
+        for key, value in numeric_leaves(tree).items():
+            if value is None or key.startswith(("scale.", "objectives.", "scales.")):
+                continue  # the scale's record is checked against its file first; a preset's sections are overrides
+            assert domain_of(key) is not None, f"{key} has no domain in reproduce/settings/domains.py"
+            fields += 1
+            for bad in bad_values(key):
+                bad_cfg = OmegaConf.create(set_key(tree, key, bad))  # untyped: the value reaches the resolution
+                with pytest.raises(SystemExit) as stop:
+                    exit_on_user_error(train)(bad_cfg)
+                assert stop.value.code == EXIT_USER_ERROR, (key, bad)
+                lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("repdegen: error:")]
+                assert len(lines) == 1 and key in lines[0], (key, bad, lines)
+                values += 1
+    assert not out.exists()  # nothing written, not even the ledger folder
+    assert fields >= 100 and values >= 4 * fields, (fields, values)

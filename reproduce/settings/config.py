@@ -493,11 +493,13 @@ def finalize(cfg: DictConfig) -> DictConfig:
         OmegaConf.set_readonly(cfg, True)
         return cfg
     unscaled_model = copy.deepcopy(cfg.model)  # for messages in the user's own numbers
+    # every numeric setting inside its declared domain (reproduce/settings/domains.py), in the user's own numbers
+    # and before anything computes with them (a NaN width would end in a traceback inside apply_scale)
+    check_domains(cfg)
     _check_scale_record(cfg)
     apply_scale(cfg)
     for key, allowed in VALID_CHOICES.items():
         _check_choice(cfg, key, allowed)
-    check_domains(cfg)  # every numeric setting inside its declared domain (reproduce/settings/domains.py)
     _check_data_model(cfg)
     from losses import validate_objective
     from models import check_tie, resolve_tie, validate_model
