@@ -74,7 +74,7 @@ def describe(run: RunSpec | DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    print(json.dumps(exit_on_user_error(lambda _: describe(resolve_app()))(cfg), indent=2))
+    print(json.dumps(exit_on_user_error(lambda app_cfg: describe(resolve_app(app_cfg)))(cfg), indent=2))
 
 
 def _pop_flag(args: list[str], key: str) -> str | None:

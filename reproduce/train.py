@@ -58,7 +58,7 @@ from reproduce.errors import (
     write_failure_note,
 )
 from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
-from reproduce.settings.config import register_all
+from reproduce.settings.config import hydra_choices, register_all
 from reproduce.settings.resolve import RunSpec, as_spec, record_job_spec, resolve
 
 register_all()
@@ -312,11 +312,16 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     return record
 
 
-def resolve_app() -> RunSpec:
+def resolve_app(app_cfg: DictConfig | None = None) -> RunSpec:
     """The spec of this Hydra app's overrides (:func:`reproduce.settings.resolve.resolve`: the experiment preset's sections
     for the objective and scale included; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at
     lite); the command line wins."""
-    spec = resolve(list(HydraConfig.get().overrides.task))
+    hydra_cfg = HydraConfig.get()
+    if app_cfg is not None:  # the app's own composition of its overrides, its group choices added
+        OmegaConf.set_struct(app_cfg, False)
+        app_cfg.choices = hydra_choices(hydra_cfg)
+        OmegaConf.set_struct(app_cfg, True)
+    spec = resolve(list(hydra_cfg.overrides.task), composed=app_cfg)
     if spec.preset:
         choices = [e for e in spec.preset if "." not in e.split("=", 1)[0]]
         n = len(spec.preset) - len(choices)
@@ -336,13 +341,13 @@ def in_multirun() -> bool:
         return False
 
 
-def _train_in_multirun() -> dict:
+def _train_in_multirun(app_cfg: DictConfig) -> dict:
     """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
     (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
     exiting the process, and the job's ``failure.json`` says why, for ``reproduce.runs.sweeps``."""
     mark_task_started()
     try:
-        spec = resolve_app()
+        spec = resolve_app(app_cfg)
         if dist.is_main():  # the job's hash, for reproduce.runs.sweeps (it finds the job's run without composing again)
             record_job_spec(Path(HydraConfig.get().runtime.output_dir), spec)
         return train(spec)
@@ -360,9 +365,9 @@ def main(cfg: DictConfig) -> float | None:
     with :data:`EXIT_PREEMPTED`."""
     try:
         if in_multirun():
-            record = _train_in_multirun()
+            record = _train_in_multirun(cfg)
         else:
-            record = exit_on_user_error(lambda _: train(resolve_app()))(cfg)
+            record = exit_on_user_error(lambda app_cfg: train(resolve_app(app_cfg)))(cfg)
     finally:
         dist.teardown()
     if record.get("status") == STATUS_PREEMPTED:

@@ -151,10 +151,10 @@ def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
 def test_a_failing_cell_does_not_stop_the_others(tiny_data, tmp_path, monkeypatch):
     real_train = train_mod.train
 
-    def flaky(cfg):
-        if cfg.objective.name == "al":
+    def flaky(spec):  # a cell's process trains the RunSpec its table wrote
+        if spec.cfg.objective.name == "al":
             raise RuntimeError("boom")
-        return real_train(cfg)
+        return real_train(spec)
 
     monkeypatch.setattr(train_mod, "train", flaky)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -63,18 +63,24 @@ def _hydra_initialized():
         yield
 
 
-def compose(overrides: Sequence[str], config_name: str = "config") -> tuple[DictConfig, list[str], list[str]]:
+def compose(overrides: Sequence[str], config_name: str = "config",
+            composed: DictConfig | None = None) -> tuple[DictConfig, list[str], list[str]]:
     """The composed (not yet finalized) config of ``overrides``, the overrides it was composed with, and the part
-    the preset's sections added."""
+    the preset's sections added. ``composed``: the composition of ``overrides`` when the caller has it already (a
+    Hydra app's own config, which honours the app's ``hydra.searchpath``), used instead of composing them again."""
     given = list(overrides)
+
+    def compose_fn(o: list[str]) -> DictConfig:
+        return composed if composed is not None and o == given else compose_with_choices(o, config_name)
+
     with _hydra_initialized():
-        cfg, composed_with = compose_preset(lambda o: compose_with_choices(o, config_name), given, cache=config_name)
+        cfg, composed_with = compose_preset(compose_fn, given, cache=None if composed is not None else config_name)
     return cfg, composed_with, composed_with[: len(composed_with) - len(given)]
 
 
-def resolve(overrides: Sequence[str], config_name: str = "config") -> RunSpec:
+def resolve(overrides: Sequence[str], config_name: str = "config", composed: DictConfig | None = None) -> RunSpec:
     """THE resolution of a run: compose (with the preset's sections), finalize (scale, domains, checks), hash."""
-    cfg, composed_with, preset = compose(overrides, config_name)
+    cfg, composed_with, preset = compose(overrides, config_name, composed)
     return from_config(cfg, composed_with, preset)
 
 
