@@ -111,6 +111,7 @@ def lstm_torchrun_vs_one_process(compose_cfg, tiny_data, tmp_path, overrides):
     return single, multi, dir_single, dir_multi
 
 
+@pytest.mark.e2e  # torchrun ranks through a helper of this module
 def test_lstm_agg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
     single, multi, dir_single, dir_multi = lstm_torchrun_vs_one_process(compose_cfg, tiny_data, tmp_path, LSTM_AGG)
     # AGG's token counter saw the global batches: the integer memory is identical, not merely close
@@ -135,6 +136,7 @@ def test_lstm_agg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
     assert weights_rel_diff(trained, init) > 1000 * TOL
 
 
+@pytest.mark.e2e  # torchrun ranks through a helper of this module
 def test_lstm_cosreg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
     """CosReg's penalty is added once per update after the all-reduce: not once per rank, not per micro-batch."""
     overrides = tuple(o for o in LSTM_AGG if o != "objective=agg") + ("objective=cosreg", "objective.gamma=50",

@@ -132,6 +132,7 @@ REAL_CELLS = (["experiment=inan2017/small", "objective=real", "scale=smoke"],
               ["experiment=gao2019/transformer_base_en_de", "objective=cosreg", "scale=smoke"])
 
 
+@pytest.mark.e2e  # through the train entry function, 873 times
 def test_every_numeric_field_of_real_cells_is_refused_by_the_train_entry(tmp_path, capsys):
     """Every numeric field of three real table cells (an LSTM LM, a Transformer LM with AGG, a translation model)
     set to each value outside its domain (negative, zero where excluded, NaN, inf, a string, a fraction for an

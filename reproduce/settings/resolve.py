@@ -13,6 +13,7 @@ composing or finalizing again.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,33 @@ class RunSpec:
             return compose_with_sources(list(self.overrides[len(self.preset):]))[1]
 
 
+# a table's cells differ by their seed: the composition of a row is kept once, and each other seed is that config with
+# its `seed` set (what Hydra's `seed=<int>` override does, a plain value resolved later by finalize); keyed by Hydra's
+# search path so that no composition is reused across config trees (tests/golden guards the equality)
+_SEEDLESS: dict[tuple, DictConfig] = {}
+
+
+def _compose_seeded(overrides: list[str], config_name: str) -> DictConfig:
+    from hydra.core.global_hydra import GlobalHydra
+
+    seeds = [o for o in overrides if o.split("=", 1)[0] == "seed"]
+    value = seeds[0].split("=", 1)[1] if len(seeds) == 1 else ""
+    if not value.isdigit():
+        return compose_with_choices(overrides, config_name)
+    where = str(GlobalHydra.instance().config_loader().get_sources())
+    key = (where, config_name, tuple(o for o in overrides if o != seeds[0]))
+    base = _SEEDLESS.get(key)
+    if base is None:
+        if len(_SEEDLESS) > 1024:
+            _SEEDLESS.clear()
+        cfg = compose_with_choices(overrides, config_name)
+        _SEEDLESS[key] = copy.deepcopy(cfg)
+        return cfg
+    cfg = copy.deepcopy(base)
+    cfg.seed = int(value)
+    return cfg
+
+
 @contextlib.contextmanager
 def _hydra_initialized():
     """Hydra's composition as it is (inside an app, or a test's ``initialize_config_dir``), else initialized on the
@@ -71,7 +99,9 @@ def compose(overrides: Sequence[str], config_name: str = "config",
     given = list(overrides)
 
     def compose_fn(o: list[str]) -> DictConfig:
-        return composed if composed is not None and o == given else compose_with_choices(o, config_name)
+        if composed is not None and o == given:
+            return composed
+        return _compose_seeded(o, config_name)
 
     with _hydra_initialized():
         cfg, composed_with = compose_preset(compose_fn, given, cache=None if composed is not None else config_name)
