@@ -170,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['best_valid_ppl']:.2f} ({r['best_epoch']}) | {init.get('mean_cos', math.nan):.4f} → "
                      f"{r['mean_cos'][-1]:.4f} | {init.get('isotropy', math.nan):.3g} → {r['isotropy'][-1]:.3g} | "
                      f"{sum(es) / max(len(es), 1) / 60:.1f} |")
-    lines += ["", f"**Chosen {key}: {chosen['lr']:g}** (lowest best validation PPL; within {100 * TIE:g} % of the "
-              f"default's, the default: {tie:g}).", "", "Regime checks on the chosen run:", ""]
+    why = (f"the default, the lowest or within {100 * TIE:g} % of it" if chosen is preset else
+           f"the lowest best validation PPL, more than {100 * TIE:g} % below the default's" if preset is not None else
+           "the lowest best validation PPL")
+    lines += ["", f"**Chosen {key}: {chosen['lr']:g}** ({why}; the rule: the lowest best validation PPL, but the "
+              f"default ({tie:g}) where it is within {100 * TIE:g} %).", "", "Regime checks on the chosen run:", ""]
     lines += [f"- {k}: {'holds' if c['holds'] else '**does not hold**'} — {c['measured']}" for k, c in checks.items()]
     (dest / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
