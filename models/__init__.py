@@ -15,18 +15,8 @@ MODELS = Registry("model", "arch")
 register_model = MODELS.register
 
 
-def width_fields(model_cfg: Any) -> tuple[str, ...]:
-    """Names of the size fields that ``scale.width_mult`` multiplies."""
-    return MODELS.entry(model_cfg)[0].WIDTH_FIELDS
-
-
 def validate_model(model_cfg: Any) -> None:
     MODELS.entry(model_cfg)[0].validate_config(model_cfg)
-
-
-def check_tie(model_cfg: Any, tie: bool) -> None:
-    """A ConfigError when ``model_cfg`` cannot be tied (embedding size != last hidden size)."""
-    MODELS.entry(model_cfg)[0].check_tie(model_cfg, tie)
 
 
 def resolve_tie(model_cfg: Any, objective_cfg: Any) -> bool:

@@ -69,7 +69,7 @@ def analyze(app: DictConfig) -> dict:
     from analysis.inspection import continuation_uniq, nearest_neighbours, subspace_distance, top_predictions
     from models import build_model
     from reproduce.engine.tasks import LMTask
-    from reproduce.train import load_any_corpus, pick_device
+    from reproduce.runs.execute import load_any_corpus, pick_device
     from reproduce.translate import _read_record, load_weights_file, resolve_checkpoint
 
     run_dir, weights = resolve_checkpoint(app.checkpoint)

@@ -38,7 +38,7 @@ def describe(run: RunSpec | DictConfig) -> dict:
     spec = as_spec(run)
     cfg = spec.cfg
     from data.corpus import data_dir_from, resolve_source
-    from reproduce.train import load_any_corpus
+    from reproduce.runs.execute import load_any_corpus
 
     d = cfg.dataset
     root = data_dir_from(d)

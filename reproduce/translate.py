@@ -142,7 +142,7 @@ def translate_lines(model, tokenizer, lines: list[str], gen, device, progress: b
 
 def run(app: DictConfig) -> list[str]:
     from analysis.bleu import bleu_detok, bleu_tokenized
-    from reproduce.train import pick_device
+    from reproduce.runs.execute import pick_device
 
     device = pick_device(app.device)
     model, tokenizer, cfg, weights = load_translator(app.checkpoint, device)

@@ -117,3 +117,68 @@ def test_a_bad_job_spec_names_the_file_and_the_key(tmp_path):
     (job_dir / JOB_SPEC).write_text(json.dumps({"runs_dir": "/x"}))
     with pytest.raises(CorruptFile, match=r"run_spec.json.*config_hash"):
         sweeps._recorded_spec(job_dir)
+
+
+# ---- the composition memo: the defaults tree once per set of group choices, the values applied by Hydra's function --
+VALUES = ["seed=7", "objective.alpha=30", "paths.runs_dir=/tmp/somewhere/runs", "trainer.progress=false",
+          "+extra_note=hello"]
+
+
+def _hydra(overrides: list[str]):
+    """Hydra's own composition of ``overrides`` (no memo), without the ``choices`` compose_with_choices fills in."""
+    cfg = OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=False)
+    assert cfg.pop("choices") == {}  # the schema's empty default
+    return cfg
+
+
+def test_the_memo_composes_what_hydra_composes_and_reuses_the_group_choices(monkeypatch):
+    calls = []
+    real = runspec.compose_with_choices
+    monkeypatch.setattr(runspec, "compose_with_choices", lambda o, n="config": calls.append(list(o)) or real(o, n))
+    monkeypatch.setattr(runspec, "_COMPOSED", {})
+    groups = ["experiment=inan2017/small", "objective=al", "scale=lite"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        for seed in (1, 2):
+            got = runspec._compose_memo([*groups, *VALUES, f"seed={seed}"], "config")
+            want = _hydra([*groups, *VALUES, f"seed={seed}"])
+            got = OmegaConf.to_container(got, resolve=False)
+            choices = got.pop("choices")  # what compose_with_choices adds (Hydra's runtime choices)
+            assert choices["experiment"] == "inan2017/small" and choices["objective"] == "al"
+            assert got == want and got["seed"] == seed and got["objective"]["alpha"] == 30
+        # one composition of the group choices served both calls; another choice composes anew
+        assert calls == [groups]
+        runspec._compose_memo(["experiment=inan2017/small", "objective=real", "scale=lite", "seed=1"], "config")
+        assert calls[-1] == ["experiment=inan2017/small", "objective=real", "scale=lite"]
+
+
+@pytest.mark.parametrize(("bad", "match"), [("trainer.no_such_key=1", "Could not override 'trainer.no_such_key'"),
+                                            ("+seed=3", "Could not append to config"),
+                                            ("~trainer.no_such_key", "Could not delete")])
+def test_the_memo_raises_hydras_own_error_for_a_bad_value(bad, match, monkeypatch):
+    from hydra.errors import ConfigCompositionException
+
+    monkeypatch.setattr(runspec, "_COMPOSED", {})
+    groups = ["experiment=inan2017/small", "scale=smoke"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException, match=match) as hydra_err:
+            compose(config_name="config", overrides=[*groups, bad])
+        runspec._compose_memo(groups, "config")  # the group choices composed before: the memo's path
+        with pytest.raises(ConfigCompositionException, match=match) as memo_err:
+            runspec._compose_memo([*groups, bad], "config")
+    assert str(memo_err.value) == str(hydra_err.value)
+
+
+def test_an_edited_config_file_is_composed_again(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(runspec, "_COMPOSED", {})
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    lr = lambda: runspec._compose_memo(["experiment=inan2017/small", "seed=1"], "config").optim.lr  # noqa: E731
+    with initialize_config_dir(str(conf), version_base="1.3"):
+        before = lr()
+        preset = conf / "experiment" / "inan2017" / "small.yaml"
+        text = preset.read_text()
+        assert "\n  lr: " in text, "the test edits the preset's optim.lr"
+        preset.write_text(text.replace("\n  lr: ", "\n  lr: 0.123 #", 1))
+        assert before != 0.123 and lr() == 0.123

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-import reproduce.train as train_mod
+import reproduce.runs.execute as train_mod
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.runs.tables import expand_cells, run_table
 from reproduce.settings.config import CONF_DIR

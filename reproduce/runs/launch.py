@@ -526,8 +526,8 @@ def run_cell(cfg_path: Path) -> int:
 
     from reproduce.engine import distributed as dist
     from reproduce.errors import as_user_error, report_user_error
+    from reproduce.runs.execute import RunLockedError, train
     from reproduce.settings.resolve import read_cell
-    from reproduce.train import RunLockedError, train
 
     try:
         if not Path(cfg_path).is_file():

@@ -440,18 +440,16 @@ def _check_scale_record(cfg: DictConfig) -> None:
                               f"set the value itself: {key}={value}")
 
 
-def apply_scale(cfg: DictConfig) -> None:
+def apply_scale(cfg: DictConfig, model_cls: type) -> None:
     """The scale's width multiplier (``scale.width_mult``: smoke runs every model at a tenth of its widths, at least
-    ``scale.min_width``), in place. Everything else a scale changes is set in its file (conf/scale/<name>.yaml)."""
+    ``scale.min_width``), in place, on the widths ``model_cls`` (the model's registered class) names. Everything else
+    a scale changes is set in its file (conf/scale/<name>.yaml)."""
     s = cfg.scale
     if s.width_mult != 1.0:
-        from models import MODELS, width_fields
-
-        model_cls = MODELS.entry(cfg.model)[0]
         if hasattr(model_cls, "scale_widths"):  # models whose widths must stay multiples (attention heads)
             model_cls.scale_widths(cfg.model, s.width_mult, s.min_width)
         else:
-            for key in width_fields(cfg.model):
+            for key in model_cls.WIDTH_FIELDS:
                 if cfg.model[key] is not None:
                     cfg.model[key] = max(s.min_width, int(round(cfg.model[key] * s.width_mult)))
 
@@ -497,25 +495,27 @@ def finalize(cfg: DictConfig) -> DictConfig:
     # and before anything computes with them (a NaN width would end in a traceback inside apply_scale)
     check_domains(cfg)
     _check_scale_record(cfg)
-    apply_scale(cfg)
+    from losses import OBJECTIVES
+    from models import MODELS, resolve_tie
+
+    # the one lookup of each registry: the classes that scale, validate and check tying below
+    model_cls, objective_cls = MODELS.entry(cfg.model)[0], OBJECTIVES.entry(cfg.objective)[0]
+    apply_scale(cfg, model_cls)
     for key, allowed in VALID_CHOICES.items():
         _check_choice(cfg, key, allowed)
     _check_data_model(cfg)
-    from losses import validate_objective
-    from models import check_tie, resolve_tie, validate_model
-
-    validate_model(cfg.model)
-    validate_objective(cfg.objective)
+    model_cls.validate_config(cfg.model)
+    objective_cls.validate_config(cfg.objective)
     # one canonical place for tying, so `objective.tie_weights: null` and an explicit equal value hash alike
     tie = resolve_tie(cfg.model, cfg.objective)
     try:
-        check_tie(cfg.model, tie)
+        model_cls.check_tie(cfg.model, tie)
     except ConfigError as scaled_err:
         if cfg.scale.width_mult == 1.0:
             raise
         # name the sizes the user gave (and a fix that works at this scale), not the scaled ones
         try:
-            check_tie(unscaled_model, tie)
+            model_cls.check_tie(unscaled_model, tie)
         except ConfigError as err:
             raise ConfigError(f"{err} (at scale={cfg.scale.name} the widths are scaled by {cfg.scale.width_mult}; "
                               f"{scaled_err.args[0].split(' has ', 1)[-1].split(';')[0]})") from None
@@ -627,6 +627,26 @@ def _filtered(items: list[tuple[str, Any]], overrides: list[str]) -> list[str]:
 _SECTIONS_SEEN: dict[tuple, list[tuple[str, Any]]] = {}
 
 
+def search_path_key() -> tuple:
+    """What a composition depends on besides its overrides: Hydra's search path and the state of its config files
+    (each file's path, mtime and size), so that a composition kept in memory is not reused across config trees or
+    after a file is edited. Hydra must be initialized."""
+    import os
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    sources = GlobalHydra.instance().config_loader().get_sources()
+    stamp = []
+    for source in sources:
+        if source.scheme() != "file":  # Hydra's own configs and the structured ones (registered once, at import)
+            continue
+        for root, _, files in os.walk(source.path):
+            for name in files:
+                st = os.stat(os.path.join(root, name))
+                stamp.append((root, name, st.st_mtime_ns, st.st_size))
+    return str(sources), tuple(sorted(stamp))
+
+
 def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -> tuple[DictConfig, list[str]]:
     """THE composition of a run: ``compose_fn(overrides)`` (Hydra: group defaults, the experiment preset, the scale,
     the command line), then, when the preset has sections for the objective or scale it got, composed again with
@@ -635,8 +655,7 @@ def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -
     the sections found once are reused for overrides that differ only in values (a table's seeds)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    hydra = GlobalHydra.instance()
-    where = str(hydra.config_loader().get_sources()) if cache and hydra.is_initialized() else None
+    where = search_path_key() if cache and GlobalHydra.instance().is_initialized() else None
     key = (where, cache, tuple(o for o in overrides if _section_key(o)))
     items, cfg, composed_with = _SECTIONS_SEEN.get(key) if where is not None else None, None, None
     if items is None:

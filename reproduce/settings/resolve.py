@@ -30,6 +30,7 @@ from reproduce.settings.config import (
     config_hash,
     finalize,
     register_all,
+    search_path_key,
 )
 
 
@@ -49,30 +50,40 @@ class RunSpec:
             return compose_with_sources(list(self.overrides[len(self.preset):]))[1]
 
 
-# a table's cells differ by their seed: the composition of a row is kept once, and each other seed is that config with
-# its `seed` set (what Hydra's `seed=<int>` override does, a plain value resolved later by finalize); keyed by Hydra's
-# search path so that no composition is reused across config trees (tests/golden guards the equality)
-_SEEDLESS: dict[tuple, DictConfig] = {}
+# Hydra composes in two steps: the defaults tree (the group choices: experiment, model, scale, budget, ...), then the
+# value overrides (`seed=1`, `paths.runs_dir=...`, `objective.alpha=30`) applied to the merged config
+# (hydra._internal.config_loader_impl: `_apply_overrides_to_config`). A table's cells, its seeds and the rows several
+# tables share differ in their values only, so the first step is kept once per set of group overrides and the second
+# is Hydra's own function applied to a copy: the same config (tests/golden holds all 272 cell configs equal) and the
+# same errors. Keyed by Hydra's search path and a fingerprint of its config files (an edited file composes again).
+_COMPOSED: dict[tuple, DictConfig] = {}
 
 
-def _compose_seeded(overrides: list[str], config_name: str) -> DictConfig:
+def _compose_memo(overrides: list[str], config_name: str) -> DictConfig:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    seeds = [o for o in overrides if o.split("=", 1)[0] == "seed"]
-    value = seeds[0].split("=", 1)[1] if len(seeds) == 1 else ""
-    if not value.isdigit():
+    loader = GlobalHydra.instance().config_loader()
+    repo = getattr(loader, "repository", None)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra's own composition reports a bad override, in its words
         return compose_with_choices(overrides, config_name)
-    where = str(GlobalHydra.instance().config_loader().get_sources())
-    key = (where, config_name, tuple(o for o in overrides if o != seeds[0]))
-    base = _SEEDLESS.get(key)
+    if repo is None or any(o.is_sweep_override() or o.is_hydra_override() for o in parsed):
+        return compose_with_choices(overrides, config_name)
+    # what Hydra's defaults list treats as a value (hydra._internal.defaults_list.Overrides): not a config group, or
+    # a dict
+    values = [not repo.group_exists(o.key_or_group) or isinstance(o.value(), dict) for o in parsed]
+    groups = [line for line, v in zip(overrides, values) if not v]
+    key = (search_path_key(), config_name, tuple(groups))
+    base = _COMPOSED.get(key)
     if base is None:
-        if len(_SEEDLESS) > 1024:
-            _SEEDLESS.clear()
-        cfg = compose_with_choices(overrides, config_name)
-        _SEEDLESS[key] = copy.deepcopy(cfg)
-        return cfg
+        if len(_COMPOSED) > 256:
+            _COMPOSED.clear()
+        base = _COMPOSED[key] = compose_with_choices(groups, config_name)
     cfg = copy.deepcopy(base)
-    cfg.seed = int(value)
+    ConfigLoaderImpl._apply_overrides_to_config([o for o, v in zip(parsed, values) if v], cfg)
     return cfg
 
 
@@ -101,7 +112,7 @@ def compose(overrides: Sequence[str], config_name: str = "config",
     def compose_fn(o: list[str]) -> DictConfig:
         if composed is not None and o == given:
             return composed
-        return _compose_seeded(o, config_name)
+        return _compose_memo(o, config_name)
 
     with _hydra_initialized():
         cfg, composed_with = compose_preset(compose_fn, given, cache=None if composed is not None else config_name)
