@@ -156,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
            "rules": "docs/lite_v2.md section 2", "commit": commit}
     dest = ROOT / "results" / "pilots"
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / f"{args.name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    written = dest / f"{args.name}.json"
+    if written.is_file() and json.loads(written.read_text()).get("runs") == json.loads(json.dumps(runs)):
+        # every run was complete in the ledger already: the pilot's record (its commit, its wall time) stays
+        print(f"lite_pilot: {written} already records these runs; kept as it is")
+        return 0
+    written.write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"# Lite-v2 pilot `{args.name}` (docs/lite_v2.md section 2)", "",
              f"`python scripts/lite_pilot.py --name {args.name} {' '.join(args.overrides)}` — seed {args.seed}, "
              f"commit {commit}, 2-core CPU, {args.parallel} one-thread cells at a time, {out['wall_minutes']:.0f} min.", "",
