@@ -247,6 +247,16 @@ def load_claims_json(path: Path, fix: str = FIX_RENDERING) -> dict:
     return data
 
 
+# ---- a trained run's analyses (reproduce/runs/trained.py) --------------------------------------------------------
+def load_continuations(path: Path) -> dict:
+    """A run's ``analysis/continuations_<n>.json``: an object with ``mean_uniq`` (number), ``uniq_total`` and ``n``
+    (integers) and the ``computed`` time (string)."""
+    return _json_object(path, "continuations analysis", "the JSON object a table's analyses write",
+                        "delete it (the table computes it again from the run's weights)",
+                        {"mean_uniq": (int, float), "uniq_total": int, "n": int, "computed": str},
+                        {"examples": list, "weights": str, "commit": dict, "seconds": (int, float)})
+
+
 # ---- pre-registration ---------------------------------------------------------------------------------------
 def load_registration(path: Path) -> dict:
     """A table's ``registration.json``: an object whose ``claims`` and ``cells`` are objects."""

@@ -32,7 +32,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from reproduce.errors import ConfigError, exit_on_user_error
+from reproduce.errors import exit_on_user_error
 from reproduce.settings.config import register_all
 
 register_all()
@@ -66,24 +66,14 @@ def analyze(app: DictConfig) -> dict:
         plot_svd_projection,
         plot_token_frequency,
     )
-    from analysis.inspection import continuation_uniq, nearest_neighbours, subspace_distance, top_predictions
-    from models import build_model
+    from analysis.inspection import nearest_neighbours, subspace_distance, top_predictions
     from reproduce.engine.tasks import LMTask
-    from reproduce.runs.execute import load_any_corpus, pick_device
-    from reproduce.translate import _read_record, load_weights_file, resolve_checkpoint
+    from reproduce.runs.execute import pick_device
+    from reproduce.runs.trained import continuations, load_lm
 
-    run_dir, weights = resolve_checkpoint(app.checkpoint)
-    record = _read_record(run_dir)
-    blob = load_weights_file(weights)  # before the corpus: a damaged file is reported at once
-    cfg = OmegaConf.create(record["config"])
-    if cfg.dataset.kind != "lm":
-        raise ConfigError(f"{run_dir} is a {cfg.dataset.kind} run; reproduce.analyze reads language models "
-                          f"(the embedding figures of translation runs are written by reproduce.runs.tables)")
     device = pick_device(app.device)
-    corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
-    model = build_model(cfg.model, len(corpus.vocab), cfg.model.tie_weights)
-    model.load_state_dict(blob["model"])
-    model = model.to(device).eval()
+    lm = load_lm(app.checkpoint, device)
+    run_dir, weights, record, cfg, corpus, model = lm.run_dir, lm.weights, lm.record, lm.cfg, lm.corpus, lm.model
     out_dir = Path(app.out) if app.out else run_dir / "analysis"
     out_dir.mkdir(parents=True, exist_ok=True)
     itos = corpus.vocab.itos
@@ -116,12 +106,8 @@ def analyze(app: DictConfig) -> dict:
     report["top_predictions"] = {p: top_predictions(model, torch.tensor(_encode(p, corpus)), k=10, itos=itos)
                                  for p in app.phrases}
     if app.continuations:
-        decode = corpus.tokenizer.decode if corpus.tokenizer is not None else (lambda ids: " ".join(itos[i] for i in ids))
-        forbid = [corpus.vocab.stoi["<pad>"]] if "<pad>" in corpus.vocab.stoi else []
-        c = continuation_uniq(model, corpus.test, prefix_len=50, steps=100, n=app.continuations, forbid=forbid, decode=decode)
-        report["continuations"] = {"mean_uniq": c["mean_uniq"], "uniq_total": c["uniq_total"],
-                                   "examples": [{"prefix": decode(p), "continuation": t, "uniq": u}
-                                                for p, t, u in zip(c["prefixes"][:5], c["texts"][:5], c["uniq"][:5])]}
+        c = continuations(lm, app.continuations)
+        report["continuations"] = {k: c[k] for k in ("mean_uniq", "uniq_total", "examples")}
     if model.output_embedding is not model.input_embedding:
         report["subspace_distance_input_output"] = subspace_distance(model.input_embedding.detach().cpu().double(),
                                                                      W.double())

@@ -25,12 +25,10 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from reproduce.engine.progress import progress_bar
 from reproduce.errors import ConfigError, DataError, exit_on_user_error
+from reproduce.runs.trained import load_weights_file, read_record, resolve_checkpoint
 from reproduce.settings.config import GenerationConfig, register_all
 
 register_all()
-
-WEIGHT_FILES = ("averaged.pt", "last.pt", "best.pt")
-
 
 @dataclass
 class TranslateConfig:
@@ -53,57 +51,13 @@ class TranslateConfig:
 ConfigStore.instance().store(name="translate_app_base", node=TranslateConfig)
 
 
-def resolve_checkpoint(path: str) -> tuple[Path, Path]:
-    """(run directory, weights file) for a run directory or a weights file inside one."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        run_dir = p
-        record = _read_record(run_dir)
-        t = record["config"]["trainer"]
-        preferred = ["averaged.pt"] if t.get("average_last", 0) > 1 else []
-        preferred += ["last.pt", "best.pt"] if t.get("final_weights") == "last" else ["best.pt", "last.pt"]
-        for name in preferred:
-            if (run_dir / name).is_file():
-                return run_dir, run_dir / name
-        raise ConfigError(f"{run_dir} holds no weights ({', '.join(preferred)}); has the run finished an epoch?")
-    if p.is_file():
-        return p.parent, p
-    raise ConfigError(f"checkpoint={path!r} is neither a run directory nor a weights file; give outputs/runs/<hash>")
-
-
-def _read_record(run_dir: Path) -> dict:
-    path = run_dir / "result.json"
-    if not path.is_file():
-        raise ConfigError(
-            f"{run_dir} has no result.json: checkpoint= must be a run directory of reproduce.train (or a file in one)"
-        )
-    from core.loaders import load_run_record
-
-    return load_run_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
-
-
-def other_weights(weights: Path) -> str:
-    """What to try instead of an unreadable weights file: the run's other weights files."""
-    others = [n for n in (*WEIGHT_FILES, "checkpoint.pt") if n != weights.name and (weights.parent / n).is_file()]
-    if others:
-        return (f"give another weights file of the run ({', '.join(f'checkpoint={weights.parent / n}' for n in others)}), "
-                f"or restore {weights.name} from a copy")
-    return f"restore {weights.name} from a copy, or train the run again (move {weights.parent} aside first)"
-
-
-def load_weights_file(weights: Path) -> dict:
-    from core.loaders import load_checkpoint
-
-    return load_checkpoint(weights, "weights file", other_weights(weights))
-
-
 def load_translator(checkpoint: str, device: torch.device):
     """(model in eval mode, tokenizer, the run's config) from a run directory or weights file."""
     from data.bpe import BPETokenizer
     from models import build_model
 
     run_dir, weights = resolve_checkpoint(checkpoint)
-    cfg = OmegaConf.create(_read_record(run_dir)["config"])
+    cfg = OmegaConf.create(read_record(run_dir)["config"])
     if cfg.dataset.kind != "translation":
         raise ConfigError(
             f"{run_dir} is a {cfg.dataset.kind} run of {cfg.model.name}; reproduce.translate needs a translation model"

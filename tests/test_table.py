@@ -24,6 +24,7 @@ KNOWN_METRICS = (
     "params", "valid_ppl", "test_ppl", "bleu", "bleu_tok", "uniq", "isotropy", "cos_rare_frequent", "subspace_distance",
     *(f"{m}_{g}" for m in ("ppl", "uniq", "isotropy") for g in ("frequent", "medium", "rare")),
     *(f"wordsim_{d}" for d in ("men", "ws353", "rg65", "rw")),
+    "cont_uniq_mean", "cont_uniq_total",  # a table's analyses (reproduce/runs/trained.py)
 )
 
 

@@ -145,11 +145,33 @@ def resolve_row(table, ref: str, what: str, group: str | None = None) -> int:
 
 
 def table_metrics(table) -> list[str]:
-    """The metrics a claim of this table may check: its columns and what every one of its runs records."""
+    """The metrics a claim of this table may check: its columns, what every one of its runs records, and what its
+    ``analyses`` give."""
+    from reproduce.results.metrics import analysis_metrics
+
     extra = list(ALWAYS_RECORDED)
     if not any(str(c).startswith("bleu") for c in table.columns):
         extra += LM_RECORDED
+    given = dict(table.get("analyses") or {})
+    extra += [m for analysis, names in analysis_metrics().items() if given.get(analysis) for m in names]
     return list(dict.fromkeys([*table.columns, *extra]))
+
+
+def _validate_analyses(table) -> None:
+    """The table's ``analyses`` in their domain, and set wherever a column or a claim reads a metric they give."""
+    from reproduce.results.metrics import analysis_metrics
+
+    name, given = table.name, dict(table.get("analyses") or {})
+    for analysis, value in given.items():
+        if value is None or int(value) < 0:
+            raise ConfigError(f"table {name}: analyses.{analysis}={value} must be an integer >= 0 (0: none; "
+                              f"Yu et al.'s Tables 5/15 use continuations: 500)")
+    read = {*table.columns, *(c.metric for claim in table.get("claims") or [] for c in claim.checks)}
+    for analysis, names in analysis_metrics().items():
+        for m in sorted(read & set(names)):
+            if not given.get(analysis):
+                raise ConfigError(f"table {name}: the metric {m!r} comes from the table's analyses.{analysis}, which "
+                                  f"is not set; add `analyses: {{{analysis}: 500}}` to the table config")
 
 
 def validate_claims(table, scales: list[str]) -> None:
@@ -173,6 +195,7 @@ def validate_claims(table, scales: list[str]) -> None:
                 raise ConfigError(f"table {name}: the baseline {ref!r} is a row of other work (no experiment); "
                                   f"name a row this suite runs")
     metrics = table_metrics(table)
+    _validate_analyses(table)
     for k, claim in enumerate(table.get("claims") or [], 1):
         what = f"claim {k} ({claim.text!r})"
         if not claim.checks:

@@ -59,6 +59,7 @@ class Metric:
     better: str | None = None  # "lower" | "higher" | None (neither: a trace, a ratio read against a paper's value)
     task: str = "any"  # TASKS
     recorded: bool = False  # every run of its task records it (besides a table's columns)
+    analysis: str | None = None  # given by this analysis of a table's (``analyses:``, reproduce/runs/trained.py)
 
     @property
     def kind(self) -> str:
@@ -88,8 +89,8 @@ class Metric:
         return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
 
-def _m(name, label=None, better=None, task="any", recorded=False) -> Metric:
-    return Metric(name, label or name, better, task, recorded)
+def _m(name, label=None, better=None, task="any", recorded=False, analysis=None) -> Metric:
+    return Metric(name, label or name, better, task, recorded, analysis)
 
 
 _ALL = [
@@ -122,6 +123,9 @@ _ALL = [
     # columns of some tables only
     *(_m(f"wordsim_{d}", d.upper(), "higher", "lm") for d in ("men", "ws353", "rg65", "rw")),
     _m("subspace_distance", "Subspace distance (L^T, W)", task="lm"),
+    # a table's analyses of its trained cells (reproduce/runs/trained.py): greedy continuations of test prefixes
+    _m("cont_uniq_mean", "Uniq per continuation", "higher", "lm", analysis="continuations"),
+    _m("cont_uniq_total", "Uniq over continuations", "higher", "lm", analysis="continuations"),
     _m("params", "Params (M)"),
     _m("bleu", "SacreBLEU", "higher", "translation"),
     _m("bleu_tok", "BLEU tokenized (13a, approx.)", "higher", "translation"),
@@ -142,3 +146,12 @@ def label(name: str) -> str:
 def recorded(task: str) -> tuple[str, ...]:
     """The metrics every run of ``task`` records besides a table's columns (``any``: all runs)."""
     return tuple(m.name for m in _ALL if m.recorded and m.task == task)
+
+
+def analysis_metrics() -> dict[str, tuple[str, ...]]:
+    """{analysis of a table: the metrics it gives} (``analyses: {continuations: 500}`` -> cont_uniq_mean, ...)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for m in _ALL:
+        if m.analysis:
+            out[m.analysis] = (*out.get(m.analysis, ()), m.name)
+    return out

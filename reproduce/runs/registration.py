@@ -31,11 +31,14 @@ from reproduce.results.claims import stated_margin
 FILE = "registration.json"
 
 
-def claim_hash(claim, seeds: list, scale: str | None = None) -> str:
+def claim_hash(claim, seeds: list, scale: str | None = None, analyses=None) -> str:
     """The hash of what a claim's verdict at ``scale`` depends on besides the cells: its text, its checks (with the
     stated margins, defaults resolved), whether it is meaningful at that scale (its ``scales``, its n/a reason there)
-    and the seeds it is judged over. An n/a reason at another scale is not part of it: editing lite's reason does
-    not touch a paper verdict."""
+    and the seeds it is judged over; for a claim on metrics of the table's ``analyses`` (reproduce/runs/trained.py),
+    their settings (e.g. how many continuations). An n/a reason at another scale is not part of it: editing lite's
+    reason does not touch a paper verdict."""
+    from reproduce.runs.trained import analyses_read
+
     checks = []
     for c in claim.checks:
         rel, ab = stated_margin(c)
@@ -47,6 +50,9 @@ def claim_hash(claim, seeds: list, scale: str | None = None) -> str:
     else:
         meaningful, reason = (not claim.get("scales") or scale in claim.scales), na.get(scale)
     spec = {"text": claim.text, "checks": checks, "meaningful": meaningful, "na": reason, "seeds": [s for s in seeds]}
+    read = analyses_read([c["metric"] for c in checks], analyses)
+    if read:  # only then: the hashes of the claims registered before analyses existed stay as they were
+        spec["analyses"] = read
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -93,7 +99,7 @@ def register(tables_dir, table, scale: str, seeds: list, cells, commit: dict) ->
         t = now()
         new_claims = new_cells = 0
         for claim in table.get("claims") or []:
-            h = claim_hash(claim, seeds, scale)
+            h = claim_hash(claim, seeds, scale, table.get("analyses"))
             if h not in data["claims"]:
                 data["claims"][h] = {"text": claim.text, "registered": t, "commit": commit.get("commit"),
                                      "dirty": bool(commit.get("dirty"))}
@@ -110,10 +116,12 @@ def register(tables_dir, table, scale: str, seeds: list, cells, commit: dict) ->
         os.close(fd)
 
 
-def judge(claim, seeds: list, registration: dict, needed: list[tuple[str, str | None, str]], scale: str | None = None) -> str:
+def judge(claim, seeds: list, registration: dict, needed: list[tuple[str, str | None, str]], scale: str | None = None,
+          analyses=None) -> str:
     """Why a decided verdict at ``scale`` is not a pre-registered one ("" when it is). ``needed``: (config hash, the
-    run's ``started`` time, a name for messages) of each cell the verdict read."""
-    entry = registration.get("claims", {}).get(claim_hash(claim, seeds, scale))
+    run's ``started`` time -- for a claim on analysis metrics only, when the analysis was computed --, a name for
+    messages) of each cell the verdict read."""
+    entry = registration.get("claims", {}).get(claim_hash(claim, seeds, scale, analyses))
     if entry is None:
         return ("changed after run: this definition of the claim (its checks, margins, scales or the seeds) was not "
                 "registered before its cells ran")

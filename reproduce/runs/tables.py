@@ -57,6 +57,7 @@ from reproduce.results.claims import Claim, validate_claims
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
+from reproduce.runs.trained import ANALYSIS_METRICS, analysis_values, run_analyses
 from reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
 from reproduce.settings.resolve import compose, resolve
 
@@ -91,6 +92,12 @@ class TableRow:
 
 
 @dataclass
+class TableAnalyses:
+    # greedy continuations of the first N 50-token test prefixes by 100 tokens (0: none): cont_uniq_mean, cont_uniq_total
+    continuations: int = 0
+
+
+@dataclass
 class TableConfig:
     name: str = MISSING
     title: str = MISSING
@@ -108,6 +115,9 @@ class TableConfig:
     differences: dict[str, str] = field(default_factory=dict)
     # a figure's points as rows (Inan 2017 Fig. 1): the paper prints no number for most of them, so rows may have none
     figure: bool = False
+    # analyses of the trained cells that the columns or claims read besides the runs' records, computed once per run
+    # after it completes (reproduce/runs/trained.py): {continuations: 500} (Yu Tables 5/15: cont_uniq_mean)
+    analyses: TableAnalyses = field(default_factory=lambda: TableAnalyses())
 
 
 @dataclass
@@ -293,11 +303,13 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
             per_seed[cell.seed] = None
             if record is not None and status == STATUS_COMPLETE:
                 per_seed[cell.seed] = _cell_values(record, row.stage)
+                analysed, when = analysis_values(ledger.run_dir(cell.config_hash), app.table.get("analyses"))
+                per_seed[cell.seed].update(analysed)
                 if cell.config_hash not in seen:
                     seen.add(cell.config_hash)
                     label = run_label_of(app.table.rows, cell.rows)
                     records.append(dict(record, _row_label=label, _row_group=row.group, _seed=cell.seed,
-                                        _first_seed=cell.seed == row_cells[0].seed))
+                                        _first_seed=cell.seed == row_cells[0].seed, _analysed=when))
         done = [v for v in per_seed.values() if v is not None]
         ours: dict[str, float | None] = {}
         sd: dict[str, float | None] = {}
@@ -457,17 +469,21 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
     t, scale = app.table, app.scale.name
     reg = registration.load(registration.path_of(app.paths.tables_dir, t.name, scale))
     started = {r["config_hash"]: r.get("started") for r in records}
+    analysed = {r["config_hash"]: r.get("_analysed") for r in records}
+    analysis_only = {m for names in ANALYSIS_METRICS.values() for m in names}
     seeds = seeds_at(t, scale)
     for v in verdicts:
         if shown_state(v) == NA:
             continue
+        # a claim on analysis metrics only waits for the analysis, not the training: registered before it is computed
+        when = analysed if {c.metric for c in v.claim.checks} <= analysis_only else started
         idx = sorted({resolve_row(t, c.row, "a claim") for c in v.claim.checks}
                      | {resolve_row(t, c.than, "a claim") for c in v.claim.checks if c.get("than") is not None})
         cells = [(i, s, h) for i in idx
                  for s, h in zip(rows[i].extra.get("seeds", {}), (rows[i].config_hash or "").split("+")) if h]
         if v.state != UNDECIDED:
-            needed = [(h, started.get(h), f"{registration.row_name(t.rows[i])} (seed {s})") for i, s, h in cells]
-            v.registration = registration.judge(v.claim, seeds, reg, needed, scale)
+            needed = [(h, when.get(h), f"{registration.row_name(t.rows[i])} (seed {s})") for i, s, h in cells]
+            v.registration = registration.judge(v.claim, seeds, reg, needed, scale, t.get("analyses"))
             continue
         for i, s, h in cells:
             if ledger is None or rows[i].extra["seeds"].get(s) is not None:
@@ -665,6 +681,8 @@ def run_tables(apps: list[DictConfig]) -> int:
         if len(apps) > 1:
             print(f"repdegen: {len(apps)} tables at scale {first.scale.name}: {', '.join(a.table.name for a in apps)}")
         run_status = run_cells(list(unique.values()), ledger, first, tables_of)
+        for app, chosen in zip(apps, asked):
+            analyse_cells(app, list(chosen.values()), ledger)
     not_done: set[str] = set()
     for (app, cells), chosen in zip(expanded, asked):
         rendered = render_latest(app, cells, ledger, run_status)
@@ -683,6 +701,26 @@ def run_tables(apps: list[DictConfig]) -> int:
         print(f"repdegen: {len(apps)} tables, {len(unique)} distinct cells: {len(unique) - len(not_done)} complete, "
               f"{len(not_done)} not ({_fmt_seconds(time.time() - start)})")
     return len(not_done)
+
+
+def analyse_cells(app: DictConfig, cells: list[Cell], ledger: Ledger) -> None:
+    """The table's ``analyses`` of its complete cells that do not hold them yet (reproduce/runs/trained.py)."""
+    analyses = app.table.get("analyses")
+    todo = [c for c in cells if ledger.is_complete(c.config_hash)]
+    if not analyses or not any(analyses.values()) or not todo:
+        return
+    start = time.time()
+    for k, c in enumerate(todo, 1):
+        if run_analyses(ledger.run_dir(c.config_hash), analyses, device=_analysis_device(c.cfg)):
+            eta = (time.time() - start) / k * (len(todo) - k)
+            print(f"repdegen: {app.table.name}: analyses of {c.label} [{c.config_hash}] written ({k}/{len(todo)}, "
+                  f"{_fmt_seconds(time.time() - start)} so far, ETA {_fmt_seconds(eta)})", flush=True)
+
+
+def _analysis_device(cfg: DictConfig) -> str:
+    from reproduce.runs.execute import uses_cuda
+
+    return "cuda" if uses_cuda(cfg.trainer.device) else "cpu"
 
 
 def register_tables(expanded: list[tuple[DictConfig, list[Cell]]]) -> None:
