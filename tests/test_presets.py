@@ -64,14 +64,21 @@ def test_a_budget_sets_objective_values_at_its_scale_and_the_command_line_wins()
 
 
 def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_line_wins():
-    section = _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]
-    lite, lite_mine, smoke, smoke_mine, paper = _cells(
-        "inan2017/small", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"], ["scale=smoke"],
-        ["scale=smoke", "trainer.max_epochs=2"], ["scale=paper"])
-    assert lite.trainer.max_epochs == section["trainer.max_epochs"] == 7
-    assert lite.optim.decay_after_epoch == section["optim.decay_after_epoch"] != paper.optim.decay_after_epoch
-    assert lite.dataset.vocab_from == section["dataset.vocab_from"] == "slice" and paper.dataset.vocab_from == "split"
+    # dotted keys in a preset's section (inan2016/h200), and a budget the section names (inan2017/small)
+    section = _yaml("experiment", "inan2016", "h200.yaml")["scales"]["lite"]
+    lite, lite_mine, paper = _cells("inan2016/h200", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"],
+                                    ["scale=paper"])
+    assert lite.trainer.max_epochs == section["trainer.max_epochs"] != paper.trainer.max_epochs
     assert lite.dataset.train_tokens == section["dataset.train_tokens"] and paper.dataset.train_tokens is None
+    assert _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]["budget"] == "inan2017_small_lite"
+    budget = _yaml("budget", "inan2017_small_lite.yaml")
+    small, smoke, smoke_mine, small_paper = _cells("inan2017/small", ["scale=lite"], ["scale=smoke"],
+                                                   ["scale=smoke", "trainer.max_epochs=2"], ["scale=paper"])
+    assert small.trainer.max_epochs == budget["trainer"]["max_epochs"] != small_paper.trainer.max_epochs
+    assert small.optim.decay_after_epoch == budget["optim"]["decay_after_epoch"] != small_paper.optim.decay_after_epoch
+    assert small.dataset.vocab_from == budget["dataset"]["vocab_from"] == "slice"
+    assert small_paper.dataset.vocab_from == "split"
+    paper = small_paper
     assert lite_mine.trainer.max_epochs == 5
     smoke_file = _yaml("scale", "smoke.yaml")
     assert smoke.trainer.max_epochs == smoke_file["scale"]["max_epochs"] == 1
@@ -143,5 +150,5 @@ def test_sections_found_once_are_not_mixed_up_between_presets_or_scales():
     assert [c.objective.alpha for c in cells] == [h650] * 3 and other.objective.alpha == h200 != h650
     lite, smoke, lite_again = _cells("inan2017/small", ["scale=lite", "seed=5"], ["scale=smoke", "seed=5"],
                                      ["scale=lite", "seed=6"])
-    lite_epochs = _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]["trainer.max_epochs"]
+    lite_epochs = _yaml("budget", "inan2017_small_lite.yaml")["trainer"]["max_epochs"]  # its lite section's budget
     assert lite.trainer.max_epochs == lite_again.trainer.max_epochs == lite_epochs != 1 == smoke.trainer.max_epochs
