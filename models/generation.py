@@ -388,6 +388,33 @@ class Continuation:
     logprobs: torch.Tensor
 
 
+def _continue_cached(model: Any, prefix: torch.Tensor, steps: int, forbid: list[int]) -> Continuation:
+    """:func:`lm_continue` for a Transformer LM with an incremental cache (``model.decode(prev (B, t), cache)`` computes
+    position t - 1 only): the prefix is fed one position at a time, then each generated token; the same greedy
+    continuation as rerunning the whole sequence each step when it fits in the model's positions, O(T + steps)
+    positions instead of O(steps * (T + steps))."""
+    history = prefix.t().contiguous()  # (B, T)
+    cache: dict = {}
+    for t in range(1, history.size(1) + 1):
+        hidden = model.decode(history[:, :t], cache)
+    tokens, logprobs = [], []
+    for i in range(steps):
+        lp = torch.log_softmax(model.logits(hidden[:, -1]).float(), dim=-1)
+        if forbid:
+            lp[:, forbid] = float("-inf")
+        best, nxt = lp.max(dim=-1)
+        tokens.append(nxt)
+        logprobs.append(best)
+        if i == steps - 1:
+            break
+        history = torch.cat([history, nxt.unsqueeze(1)], dim=1)
+        hidden = model.decode(history, cache)
+    if not tokens:
+        empty = prefix.new_zeros((0, prefix.size(1)))
+        return Continuation(empty, torch.zeros((0, prefix.size(1)), device=prefix.device))
+    return Continuation(torch.stack(tokens), torch.stack(logprobs))
+
+
 @torch.no_grad()
 def lm_continue(model: Any, prefix: torch.Tensor, steps: int, state: Any = None, forbid: Sequence[int] = ()) -> Continuation:
     """Greedy continuation of a (time, batch) language model: ``model(tokens (T, B), state)`` ->
@@ -398,7 +425,9 @@ def lm_continue(model: Any, prefix: torch.Tensor, steps: int, state: Any = None,
     token positions. A model that returns ``state=None`` (Transformers) is rerun on the whole
     sequence each step, cropped to its last ``model.cfg.max_positions`` tokens when it has that
     field and starts from no state: O(steps * (T + steps)) positions (and quadratic attention on top), fine for short
-    samples. ``forbid``: ids never generated (e.g. ``<unk>``). No early stop at eos: an LM's eos is an
+    samples -- unless it decodes incrementally (``model.incremental_lm``: the Transformer LM's key/value cache) and
+    the whole sequence fits in its positions: then O(T + steps) (:func:`_continue_cached`). ``forbid``: ids never
+    generated (e.g. ``<unk>``). No early stop at eos: an LM's eos is an
     ordinary token. Eval mode under no_grad; the training flag is restored afterwards.
     """
     if prefix.dim() != 2 or prefix.size(0) < 1:
@@ -418,6 +447,8 @@ def lm_continue(model: Any, prefix: torch.Tensor, steps: int, state: Any = None,
                 state = None
         # a stateless model sees at most its last max_positions tokens (a recurrent one all of them)
         crop = int(max_positions) if max_positions is not None and state is None else None
+        if getattr(model, "incremental_lm", False) and state is None and (crop is None or prefix.size(0) + steps - 1 <= crop):
+            return _continue_cached(model, prefix, steps, forbid)
         out = model(prefix if crop is None else prefix[-crop:], state)
         recurrent = out.state is not None
         tokens, logprobs = [], []

@@ -401,6 +401,8 @@ class _TransformerBase(LanguageModel):
 class TransformerLM(_TransformerBase):
     """Decoder-only Transformer LM (fairseq ``transformer_lm``): (T, B) tokens -> (T, B, d) states."""
 
+    incremental_lm = True  # models.generation.lm_continue decodes with the key/value cache of decode()
+
     @staticmethod
     def validate_config(cfg) -> None:
         _validate(cfg, ("n_layers",))

@@ -450,3 +450,32 @@ def test_lm_continue_equals_recomputing_the_whole_sequence():
             seq = torch.cat([seq, nxt[None]])
     with pytest.raises(ConfigError, match="steps=-1"):
         lm_continue(lm, prefix, steps=-1)
+
+
+def test_a_transformer_lm_continues_with_its_cache_as_if_it_reran_the_sequence(monkeypatch):
+    """The incremental path (key/value cache, one position a step) gives the greedy continuation of rerunning the
+    whole sequence each step: the same tokens, the same log-probabilities."""
+    import models.generation as generation
+    from models.transformer import TransformerLMConfig
+
+    torch.manual_seed(3)
+    tlm = build_model(TransformerLMConfig(d_model=16, n_layers=2, n_heads=2, d_ffn=32, max_positions=64,
+                                          positions="learned"), vocab_size=15).eval()
+    prefix = torch.randint(0, 15, (5, 3))
+    used = []
+    real = generation._continue_cached
+    monkeypatch.setattr(generation, "_continue_cached", lambda *a: used.append(1) or real(*a))
+    got = lm_continue(tlm, prefix, steps=9, forbid=[2])
+    assert used == [1] and got.tokens.shape == (9, 3) and not got.tokens.eq(2).any()
+    seq, want, want_lp = prefix, [], []
+    with torch.no_grad():
+        for _ in range(9):
+            lp = torch.log_softmax(tlm.logits(tlm(seq).hidden[-1]), -1)
+            lp[:, 2] = float("-inf")
+            best, nxt = lp.max(-1)
+            want.append(nxt)
+            want_lp.append(best)
+            seq = torch.cat([seq, nxt[None]])
+    assert torch.equal(got.tokens, torch.stack(want))
+    assert torch.allclose(got.logprobs, torch.stack(want_lp), atol=1e-5)
+    assert lm_continue(tlm, prefix, steps=0).tokens.shape == (0, 3)
