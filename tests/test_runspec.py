@@ -24,9 +24,13 @@ register_all()
 def _by_hand(experiment: str, scale: str, objective: str) -> tuple[str, list[str]]:
     """The hash of the preset's cell composed by Hydra with the preset's sections written out from its YAML."""
     preset = yaml.safe_load((CONF_DIR / "experiment" / f"{experiment}.yaml").read_text())
-    sections = [f"{k}={_override_value(v)}" for k, v in (preset.get("scales", {}).get(scale) or {}).items()]
-    sections += [f"objective.{k}={_override_value(v)}" for k, v in
-                 (preset.get("objectives", {}).get(objective) or {}).items()]
+    section = preset.get("scales", {}).get(scale) or {}
+    sections = [f"{k}={_override_value(v)}" for k, v in section.items()]
+    values = dict(preset.get("objectives", {}).get(objective) or {})
+    if "budget" in section:  # a budget the section names: its objectives: merge over the preset's
+        budget = yaml.safe_load((CONF_DIR / "budget" / f"{section['budget']}.yaml").read_text())
+        values.update(budget.get("objectives", {}).get(objective) or {})
+    sections += [f"objective.{k}={_override_value(v)}" for k, v in values.items()]
     given = [f"experiment={experiment}", f"scale={scale}", f"objective={objective}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*sections, *given])

@@ -152,7 +152,7 @@ def table_metrics(table) -> list[str]:
     extra = list(ALWAYS_RECORDED)
     if not any(str(c).startswith("bleu") for c in table.columns):
         extra += LM_RECORDED
-    given = dict(table.get("analyses") or {})
+    given = dict(getattr(table, "analyses", None) or {})
     extra += [m for analysis, names in analysis_metrics().items() if given.get(analysis) for m in names]
     return list(dict.fromkeys([*table.columns, *extra]))
 
