@@ -388,6 +388,25 @@ class Continuation:
     logprobs: torch.Tensor
 
 
+def _greedy(model: Any, hidden: torch.Tensor, steps: int, forbid: list[int], advance, batch: int,
+            device) -> Continuation:
+    """The greedy loop: from the last position's state ``hidden`` (B, d) take the most likely token (``forbid``
+    excluded), then ``advance(token)`` gives the next position's state; ``steps`` tokens."""
+    tokens, logprobs = [], []
+    for i in range(steps):
+        lp = torch.log_softmax(model.logits(hidden).float(), dim=-1)
+        if forbid:
+            lp[:, forbid] = float("-inf")
+        best, nxt = lp.max(dim=-1)
+        tokens.append(nxt)
+        logprobs.append(best)
+        if i < steps - 1:
+            hidden = advance(nxt)
+    if not tokens:
+        return Continuation(torch.zeros((0, batch), dtype=torch.long, device=device), torch.zeros((0, batch), device=device))
+    return Continuation(torch.stack(tokens), torch.stack(logprobs))
+
+
 def _continue_cached(model: Any, prefix: torch.Tensor, steps: int, forbid: list[int]) -> Continuation:
     """:func:`lm_continue` for a Transformer LM with an incremental cache (``model.decode(prev (B, t), cache)`` computes
     position t - 1 only): the prefix is fed one position at a time, then each generated token; the same greedy
@@ -397,22 +416,13 @@ def _continue_cached(model: Any, prefix: torch.Tensor, steps: int, forbid: list[
     cache: dict = {}
     for t in range(1, history.size(1) + 1):
         hidden = model.decode(history[:, :t], cache)
-    tokens, logprobs = [], []
-    for i in range(steps):
-        lp = torch.log_softmax(model.logits(hidden[:, -1]).float(), dim=-1)
-        if forbid:
-            lp[:, forbid] = float("-inf")
-        best, nxt = lp.max(dim=-1)
-        tokens.append(nxt)
-        logprobs.append(best)
-        if i == steps - 1:
-            break
+
+    def advance(nxt: torch.Tensor) -> torch.Tensor:
+        nonlocal history
         history = torch.cat([history, nxt.unsqueeze(1)], dim=1)
-        hidden = model.decode(history, cache)
-    if not tokens:
-        empty = prefix.new_zeros((0, prefix.size(1)))
-        return Continuation(empty, torch.zeros((0, prefix.size(1)), device=prefix.device))
-    return Continuation(torch.stack(tokens), torch.stack(logprobs))
+        return model.decode(history, cache)[:, -1]
+
+    return _greedy(model, hidden[:, -1], steps, forbid, advance, prefix.size(1), prefix.device)
 
 
 @torch.no_grad()
@@ -451,25 +461,17 @@ def lm_continue(model: Any, prefix: torch.Tensor, steps: int, state: Any = None,
             return _continue_cached(model, prefix, steps, forbid)
         out = model(prefix if crop is None else prefix[-crop:], state)
         recurrent = out.state is not None
-        tokens, logprobs = [], []
         history = prefix
-        for i in range(steps):
-            lp = torch.log_softmax(model.logits(out.hidden[-1]).float(), dim=-1)
-            if forbid:
-                lp[:, forbid] = float("-inf")
-            best, nxt = lp.max(dim=-1)
-            tokens.append(nxt)
-            logprobs.append(best)
-            if i == steps - 1:
-                break
+
+        def advance(nxt: torch.Tensor) -> torch.Tensor:
+            nonlocal out, history
             if recurrent:
                 out = model(nxt.unsqueeze(0), out.state)
             else:
                 history = torch.cat([history, nxt.unsqueeze(0)], dim=0)
                 out = model(history if crop is None else history[-crop:], None)
-        if not tokens:
-            empty = prefix.new_zeros((0, batch))
-            return Continuation(empty, torch.zeros((0, batch), device=prefix.device))
-        return Continuation(torch.stack(tokens), torch.stack(logprobs))
+            return out.hidden[-1]
+
+        return _greedy(model, out.hidden[-1], steps, forbid, advance, batch, prefix.device)
     finally:
         model.train(was_training)

@@ -414,6 +414,21 @@ class StatelessLM(nn.Module):
         return self.lm.logits(hidden)
 
 
+def greedy_by_rerunning(run, logits, prefix, steps: int, forbid: list[int]):
+    """The reference greedy decoder: rerun the model (``run(seq)``) on the prefix and the continuation so far, take
+    the most likely token at the last position, ``forbid`` excluded. Returns (tokens, their log-probabilities)."""
+    seq, want, want_lp = prefix, [], []
+    with torch.no_grad():
+        for _ in range(steps):
+            lp = torch.log_softmax(logits(run(seq).hidden[-1]), -1)
+            lp[:, forbid] = float("-inf")
+            best, nxt = lp.max(-1)
+            want.append(nxt)
+            want_lp.append(best)
+            seq = torch.cat([seq, nxt[None]])
+    return torch.stack(want), torch.stack(want_lp)
+
+
 def test_lm_continue_equals_recomputing_the_whole_sequence():
     torch.manual_seed(0)
     lm = build_model(LSTMLMConfig(hidden_size=12, num_layers=2, dropout=0.5, init_scale=1.0), vocab_size=15).train()
@@ -421,20 +436,10 @@ def test_lm_continue_equals_recomputing_the_whole_sequence():
     got = lm_continue(lm, prefix, steps=8, forbid=[0])
     assert lm.training and got.tokens.shape == (8, 3) and got.logprobs.shape == (8, 3)
     assert not got.tokens.eq(0).any()
-    # reference: rerun the LSTM on prefix + continuation so far, take the argmax of the last position
     lm.eval()
-    seq, want, want_lp = prefix, [], []
-    with torch.no_grad():
-        for _ in range(8):
-            out = lm(seq, lm.init_state(3))
-            lp = torch.log_softmax(lm.logits(out.hidden[-1]), -1)
-            lp[:, 0] = float("-inf")
-            best, nxt = lp.max(-1)
-            want.append(nxt)
-            want_lp.append(best)
-            seq = torch.cat([seq, nxt[None]])
-    assert torch.equal(got.tokens, torch.stack(want))
-    assert torch.allclose(got.logprobs, torch.stack(want_lp), atol=1e-5)
+    want, want_lp = greedy_by_rerunning(lambda seq: lm(seq, lm.init_state(3)), lm.logits, prefix, 8, forbid=[0])
+    assert torch.equal(got.tokens, want)
+    assert torch.allclose(got.logprobs, want_lp, atol=1e-5)
     stateless = lm_continue(StatelessLM(lm), prefix, steps=8, forbid=[0])
     assert torch.equal(stateless.tokens, got.tokens)
     assert lm_continue(lm, prefix, steps=0).tokens.shape == (0, 3)
@@ -467,15 +472,7 @@ def test_a_transformer_lm_continues_with_its_cache_as_if_it_reran_the_sequence(m
     monkeypatch.setattr(generation, "_continue_cached", lambda *a: used.append(1) or real(*a))
     got = lm_continue(tlm, prefix, steps=9, forbid=[2])
     assert used == [1] and got.tokens.shape == (9, 3) and not got.tokens.eq(2).any()
-    seq, want, want_lp = prefix, [], []
-    with torch.no_grad():
-        for _ in range(9):
-            lp = torch.log_softmax(tlm.logits(tlm(seq).hidden[-1]), -1)
-            lp[:, 2] = float("-inf")
-            best, nxt = lp.max(-1)
-            want.append(nxt)
-            want_lp.append(best)
-            seq = torch.cat([seq, nxt[None]])
-    assert torch.equal(got.tokens, torch.stack(want))
-    assert torch.allclose(got.logprobs, torch.stack(want_lp), atol=1e-5)
+    want, want_lp = greedy_by_rerunning(tlm, tlm.logits, prefix, 9, forbid=[2])
+    assert torch.equal(got.tokens, want)
+    assert torch.allclose(got.logprobs, want_lp, atol=1e-5)
     assert lm_continue(tlm, prefix, steps=0).tokens.shape == (0, 3)
