@@ -254,7 +254,7 @@ def load_continuations(path: Path) -> dict:
     return _json_object(path, "continuations analysis", "the JSON object a table's analyses write",
                         "delete it (the table computes it again from the run's weights)",
                         {"mean_uniq": (int, float), "uniq_total": int, "n": int, "computed": str},
-                        {"examples": list, "weights": str, "commit": dict, "seconds": (int, float)})
+                        {"examples": list, "weights": str, "commit": dict, "seconds": (int, float), "uniq": list})
 
 
 # ---- pre-registration ---------------------------------------------------------------------------------------

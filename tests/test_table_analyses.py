@@ -90,7 +90,9 @@ def test_yu_t5_at_smoke_computes_each_cells_continuations_once_and_registers_aga
             data = load_continuations(path)
             lm = load_lm(ledger.run_dir(h), torch.device("cpu"))
             assert data["n"] == min(500, lm.corpus.test.numel() // 50) >= 1
-            assert 1 <= data["mean_uniq"] <= 100 and len(data["examples"]) == min(5, data["n"])
+            # the mean is over every prefix's count, and the examples are the first prefixes' counts
+            assert len(data["uniq"]) == data["n"] and data["mean_uniq"] == pytest.approx(sum(data["uniq"]) / data["n"])
+            assert [e["uniq"] for e in data["examples"]] == data["uniq"][:5]
             row = next(r for r in rows.values() if r["config_hash"] == h)
             assert float(row["cont_uniq_mean_ours"]) == pytest.approx(data["mean_uniq"], abs=0.05)
         md = (out / "table.md").read_text()

@@ -124,7 +124,7 @@ def continuations(lm: TrainedLM, n: int, examples: int = 5) -> dict:
     with torch.no_grad():
         c = continuation_uniq(lm.model, lm.corpus.test, prefix_len=CONTINUATION_PREFIX, steps=CONTINUATION_STEPS, n=n,
                               forbid=forbid, decode=decode)
-    return {"mean_uniq": c["mean_uniq"], "uniq_total": c["uniq_total"], "n": len(c["uniq"]),
+    return {"mean_uniq": c["mean_uniq"], "uniq_total": c["uniq_total"], "n": len(c["uniq"]), "uniq": c["uniq"],
             "prefix_len": CONTINUATION_PREFIX, "steps": CONTINUATION_STEPS,
             "examples": [{"prefix": decode(p), "continuation": t, "uniq": u}
                          for p, t, u in zip(c["prefixes"][:examples], c["texts"][:examples], c["uniq"][:examples])]}
