@@ -124,7 +124,9 @@ def main(app: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from reproduce.cli import use_app_help
     from reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
+    use_app_help("analyze")  # --help: conf/hydra/help/analyze.yaml
     main()

@@ -5,6 +5,7 @@ config with where each value comes from.
     python -m reproduce.describe experiment=inan2017/medium objective=real
     python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite [seed=N] [all=true]   # a table cell, annotated
     python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
+    python -m reproduce.describe experiment=inan2017/small objective=real scale=lite --cfg job   # the config, as YAML
 
 The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
 override or a preset's section sets (``all=true``: schema defaults too), then the config hash
@@ -150,14 +151,24 @@ def annotated(args: list[str]) -> str:
 
 
 def cli() -> None:
+    from reproduce.cli import HELP_FLAGS, cfg_request, show_resolved_cfg, use_app_help
     from reproduce.errors import exit_on_user_error, install_hydra_error_handler
 
     args = sys.argv[1:]
-    if any(a.startswith("table=") for a in args) or any(a.startswith("sources=") for a in args):
+    asks_help = any(a in HELP_FLAGS for a in args)
+    if not asks_help and (any(a.startswith("table=") for a in args) or any(a.startswith("sources=") for a in args)):
+        if cfg_request(sys.argv) is not None:
+            print("repdegen: error: --cfg with table= or sources=: describe prints that run's config itself, each value "
+                  "with its source; drop --cfg", file=sys.stderr)
+            sys.exit(2)
         print(exit_on_user_error(annotated)(args))
         return
+    if asks_help:  # describe's own keys are no config keys: the help page composes without them
+        sys.argv[1:] = [a for a in args if not a.startswith(("table=", "row=", "sources=", "all="))]
     install_hydra_error_handler()
-    main()
+    use_app_help("describe")  # --help: conf/hydra/help/describe.yaml
+    if not show_resolved_cfg():  # --cfg job: the resolved config, as the JSON's "config"
+        main()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ the config hash do not depend on the number of ranks):
     torchrun --standalone --nproc_per_node=4 -m reproduce.train experiment=yu2022/gpt2_wt103 objective=agg
     srun --ntasks-per-node=4 --gpus-per-task=1 python -m reproduce.train experiment=... trainer.resume=true
 
+``--help`` is ``conf/hydra/help/train.yaml`` (Hydra's help, the config groups listed by :func:`reproduce.cli.config_groups_help`);
+``--cfg job`` prints the config the run trains, resolved as ``reproduce.describe`` resolves it
+(:func:`reproduce.cli.show_resolved_cfg`).
+
 Exit status (:mod:`reproduce.errors`): 0 complete (or already complete); 2 a user error (a bad config
 value, Hydra's composition errors included; missing or corrupt data, records or checkpoints; a read-only
 or full disk; the run being trained by another process); 3 (:data:`EXIT_PREEMPTED`) stopped by
@@ -117,4 +121,8 @@ if __name__ == "__main__":
     from reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
-    main()
+    from reproduce.cli import show_resolved_cfg, use_app_help
+
+    use_app_help("train")
+    if not show_resolved_cfg():
+        main()

@@ -17,7 +17,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from analysis.sweep_figures import use_log_x
-from reproduce.results.render import _fmt
 from reproduce.runs.sweeps import (
     AggregateCallback,
     AggregateError,
@@ -89,10 +88,13 @@ def test_the_callback_writes_the_expected_table(sweep):
         assert csv_rows[gamma]["n"] == "2"
         # the Markdown table comes from the tables' renderer (reproduce.results.render): ours = mean±sd, no paper column
         valid = [r["metrics"]["final"]["valid_ppl"] for r in recs]
-        mean_sd = f"{_fmt(statistics.mean(valid), 'valid_ppl')}±{_fmt(statistics.stdev(valid), 'valid_ppl')}"
+        # the sd to two significant figures (Python's own "g" rounding), the mean to as many decimals
+        sd_text = f"{statistics.stdev(valid):#.2g}".rstrip(".")
+        places = len(sd_text.split(".")[1]) if "." in sd_text else 0
+        mean_sd = f"{statistics.mean(valid):.{places}f} ± {sd_text}"
         assert f"| {gamma:g} | {mean_sd} |" in md
     assert md.startswith("# Sweep over `objective.gamma`\n")
-    assert "| objective.gamma | Valid PPL | Test PPL | I(W) |" in md and "Seeds: 1, 2 (ours = mean±sd)." in md
+    assert "| objective.gamma | Valid PPL | Test PPL | I(W) |" in md and "Seeds: 1, 2 (ours = mean ± sd)." in md
 
 
 def test_one_plot_per_metric(sweep):

@@ -238,14 +238,14 @@ def test_rendered_claims_show_mean_sd_margin_and_seed_counts():
     verdicts = run(t, ours, seeds=(1, 2), paper={0: {"test_ppl": 87.3}, 1: {"test_ppl": 82.7}})
     md = "\n".join(claims_markdown(verdicts, "S (2020), Table 1", "lite", [1, 2]))
     # mean ± sample sd of (100, 102) = 101 ± 1.414; of (95, 97) = 96 ± 1.414; difference +5 vs margin max(1.01, 1.41)
-    assert "| ✓ | c (Sec. 1) | 87.30 → 82.70 | 101.0±1.41 → 96.00±1.41 [+5 vs margin 1.4; 2/2 seeds] |" in md
+    assert "| ✓ | c (Sec. 1) | 87.30 → 82.70 | 101.0 ± 1.4 → 96.0 ± 1.4 [+5 vs margin 1.4; 2/2 seeds] |" in md
     assert "| ≈ | c (Sec. 1) |" in md  # I(W) +0.0075 inside 5 % of 0.4
     assert "1 ✓, 0 ✗, 1 ≈ (ties), 0 – of 2 decidable" in md
     smoke = "\n".join(claims_markdown(verdicts, "S", "smoke", [1, 2]))
     assert "not meaningful at smoke" in smoke
     console = claims_console(verdicts, "S (2020), Table 1", "lite", [1, 2]).splitlines()
     assert console[0].startswith("  Claims (S (2020), Table 1)") and "ours (2 seeds)" in console[0]
-    assert console[1].split()[:8] == ["✓", "c", "87.30", "→", "82.70", "101.0±1.41", "→", "96.00±1.41"]
+    assert console[1].split()[:8] == ["✓", "c", "87.30", "→", "82.70", "101.0", "±", "1.4"]
     assert console[2].split()[0] == "≈"
     csv_text = claims_csv(verdicts, "lite")
     assert "100 102" in csv_text and "95 97" in csv_text and "holds" in csv_text and ",tie," in csv_text

@@ -80,70 +80,113 @@ def _links(text: str) -> list[str]:
     return re.findall(r"\]\(([^)\s]+)\)", text)
 
 
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub makes for a page's headings (a repeated slug gets -1, -2, ...)."""
+    slugs, seen = set(), {}
+    for _, _, title in report._headings(text.splitlines()):
+        s = report.slug(title)
+        slugs.add(s if s not in seen else f"{s}-{seen[s]}")
+        seen[s] = seen.get(s, 0) + 1
+    return slugs
+
+
+def _check_links(results: Path) -> None:
+    """Every relative link of every generated page resolves: files, and anchors of headings of the linked page."""
+    for page in [results / "README.md", results / "smoke.md", results / "more.md", *results.glob("tables/*/README.md")]:
+        if not page.is_file():
+            continue
+        text = page.read_text()
+        for link in _links(text):
+            if re.match(r"^[a-z]+:", link):
+                continue
+            target, _, anchor = link.partition("#")
+            path = (page.parent / target).resolve() if target else page
+            assert path.exists(), (page, link)
+            if anchor:
+                assert anchor in _anchors(path.read_text()), (page, link)
+
+
 def test_report_regenerates_tables_from_the_ledger(tiny_results):
     results, record = tiny_results["results"], tiny_results["record"]
     text = _rerender_and_report(tiny_results).read_text()
 
-    # the trained cell, the table's baseline: paper and ours; at smoke no paper-vs-ours Δ (it misleads),
-    # and the baseline row has no change against itself
-    ours = record["metrics"]["final"]["test_ppl"]
-    row = f"| 200 hidden units (keep 0.5) | {_fmt(104.5, 'test_ppl')} | {_fmt(ours, 'test_ppl')} |  |  |"
-    assert row in text
-    # a row not run: the paper's change against the baseline (98.2 - 104.5), ours empty
-    assert (f"| 200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3) (not run) | 98.20 | – "
-            f"| {_delta(104.5, 98.2, 'test_ppl')} |  |") in text
-    assert "Scale: `smoke`" in text and "Hardware: CPU" in text
-    committed_row = next(line for line in (results / "tables" / "inan2017_t1" / "smoke" / "table.md").read_text().splitlines()
-                         if line.startswith("| VD-LSTM+REAL |"))
-    assert "VD-LSTM on PTB with AL, RE and REAL" in text and committed_row in text  # committed, kept verbatim
-
-    # the page opens with the claims' status: one line per claim of every table config, the re-rendered
-    # table's smoke verdicts as its claims.json says, linked to the table; lite not rendered -> "–"
-    assert text.index("\n## Claims\n") < text.index("\n## Summary\n")
+    # the index: the headline, then per paper one line per table with its verdict counts per scale and links
     assert re.search(r"\*\*0 of \d+ claims shown at `lite`\*\*", text)
-    verdicts = json.loads((results / "tables" / "inan2016_t1" / "smoke" / "claims.json").read_text())["claims"]
-    # only the baseline cell ran here: every claim needs another row, so none is decided
-    assert len(verdicts) == 4 and all(v["state"] == "undecided" and v["mark"] == "–" for v in verdicts)
-    status = text.split("\n## Claims\n")[1].split("\n## ")[0]
-    for v in verdicts:
-        line = next(ln for ln in status.splitlines() if f"| {v['text']} |" in ln)
-        assert line.startswith("| [inan2016_t1](#") and f"| – | [{v['mark']}](#" in line
-    # a claim marked for the paper's settings only, or needing rows lite does not run: n/a at lite and smoke
-    paper_only = next(ln for ln in status.splitlines() if "| 650-unit proposed model beats the 1500-unit" in ln)
-    assert "| n/a | n/a | – |" in paper_only
-    n_claims = sum(len(OmegaConf.load(p).get("claims", [])) for p in (CONF_DIR / "table").glob("*.yaml"))
-    assert len([ln for ln in status.splitlines() if ln.startswith("| [")]) == n_claims
-
-    # every relative link resolves: figures, files, and anchors of headings that exist
-    slugs = set()
-    lines = text.splitlines()
-    seen: dict[str, int] = {}
-    for _, _, title in report._headings(lines):
-        s = report.slug(title)
-        slugs.add(s if s not in seen else f"{s}-{seen[s]}")
-        seen[s] = seen.get(s, 0) + 1
-    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
-    assert "tables/inan2016_t1/smoke/curves.png" in images and "tables/inan2016_t1/smoke/svd_1.png" in images
-    assert "figures/inan2017_fig1/lite/fig1.png" in images and "tables/inan2017_t1/smoke/curves.png" in images
-    for link in _links(text):
-        if link.startswith("#"):
-            assert link[1:] in slugs, link
-        else:
-            assert (results / link).is_file(), link
-    assert "[the data](figures/inan2017_fig1/lite/fig1.json)" in text  # an included file's link, made relative to results/
-
-    # tables never rendered: listed with the command that makes them; papers in order
-    assert "`make reproduce-table TABLE=yu2022_t7 SCALE=lite`" in text
-    not_reproduced = text.split("\n## Not yet reproduced\n")[1]
-    assert "`yu2022_t7`" in not_reproduced and "`inan2016_t1`" not in not_reproduced
     papers = ("Inan & Khosravi (2016)", "Inan, Khosravi & Socher (2017)", "Gao et al. (2019)", "Yu et al. (2022)")
     order = [text.index(f"\n## {p}") for p in papers]
     assert order == sorted(order)
-    # notes verbatim, benchmark ratios, sanity checks with their code blocks untouched
-    assert "CAVEAT-SENTINEL: smoke checks plumbing." in text
-    assert "| m | cosreg |  |  | 1.540 | 332 | – | – | 1.54 |" in text
-    assert "### A sanity check" in text and "\n# not a heading\n" in text
-    assert text.count(report.GENERATED_PREFIX) == 1
+    line = next(ln for ln in text.splitlines() if "(`inan2016_t1`)" in ln)
+    assert line.startswith("| [") and "(tables/inan2016_t1/README.md)" in line and "[rendered](smoke.md#inan2016_t1)" in line
+    # tables never rendered: listed with the command that makes them
+    not_reproduced = text.split("\n## Not yet reproduced\n")[1].split("\n## ")[0]
+    assert "`make reproduce-table TABLE=yu2022_t7 SCALE=lite`" in not_reproduced and "`inan2016_t1`" not in not_reproduced
+
+    # smoke on its own page: the trained cell, the table's baseline, paper and ours (no Δ for the baseline itself);
+    # a row not run: the paper's change against the baseline (98.2 - 104.5), ours empty
+    smoke = (results / "smoke.md").read_text()
+    ours = record["metrics"]["final"]["test_ppl"]
+    assert f"| 200 hidden units (keep 0.5) | {_fmt(104.5, 'test_ppl')} | {_fmt(ours, 'test_ppl')} |" in smoke
+    assert (f"| 200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3) (not run) | 98.20 "
+            f"({_delta(104.5, 98.2, 'test_ppl')}) | – |") in smoke
+    assert "Scale: `smoke`" in smoke and "Hardware: CPU" in smoke
+    committed_row = next(ln for ln in (results / "tables" / "inan2017_t1" / "smoke" / "table.md").read_text().splitlines()
+                         if ln.startswith("| VD-LSTM+REAL |"))
+    assert committed_row in smoke  # a committed rendering, kept verbatim
+
+    # the table's page: its claims with their marks at lite and paper (none rendered: "–"), smoke linked
+    page = (results / "tables" / "inan2016_t1" / "README.md").read_text()
+    verdicts = json.loads((results / "tables" / "inan2016_t1" / "smoke" / "claims.json").read_text())["claims"]
+    assert len(verdicts) == 4 and all(v["state"] == "undecided" for v in verdicts)
+    for v in verdicts:
+        assert any(ln.startswith(f"| {v['text']} |") for ln in page.splitlines())
+    # a claim for the paper's settings only, or needing rows lite does not run: n/a at lite
+    assert any(ln.startswith("| 650-unit proposed model beats the 1500-unit") and "| n/a |" in ln
+               for ln in (results / "tables" / "inan2016_t2" / "README.md").read_text().splitlines()) \
+        if (results / "tables" / "inan2016_t2" / "README.md").is_file() else True
+    assert "## At `smoke`" in page and "smoke.md#inan2016_t1" in page
+
+    # figures, benchmarks and sanity checks on their page; included files' links made relative to it
+    more = (results / "more.md").read_text()
+    assert "![inan2017_fig1 (lite): fig1](figures/inan2017_fig1/lite/fig1.png)" in more
+    assert "[the data](figures/inan2017_fig1/lite/fig1.json)" in more
+    assert "| m | cosreg |  |  | 1.540 | 332 | – | – | 1.54 |" in more
+    assert "### A sanity check" in more and "\n# not a heading\n" in more
+    assert "CAVEAT-SENTINEL" in (results / "NOTES.md").read_text() and "(NOTES.md)" in text
+    for generated in (text, smoke, more, page):
+        assert generated.count(report.GENERATED_PREFIX) == 1
+    _check_links(results)
+
+
+def test_a_table_page_links_each_fail_and_tie_to_its_diagnosis(tmp_path):
+    """A ✗ or ≈ links to the heading of its diagnosis in the table's NOTES.md ("`<scale>` <mark> <claim text>");
+    one without a diagnosis is listed as not yet diagnosed; a ✓ links to the table at its scale."""
+    conf = tmp_path / "conf" / "table"
+    conf.mkdir(parents=True)
+    (conf / "t1.yaml").write_text(
+        "name: t1\ntitle: T one\nsource: Someone (2020), Table 1\nrows: [{label: A, experiment: x}, {label: B, experiment: x}]\n"
+        "claims:\n"
+        "  - {text: first, checks: [{row: B, than: A}]}\n"
+        "  - {text: second, checks: [{row: B, than: A}]}\n"
+        "  - {text: third, checks: [{row: B, than: A}]}\n")
+    results = tmp_path / "results"
+    out = results / "tables" / "t1" / "lite"
+    out.mkdir(parents=True)
+    (out / "table.md").write_text("## T one\n\n| Model |\n")
+    (out / "cells.json").write_text(json.dumps({"cells": [{"status": "complete", "config_hash": "h"}]}))
+    claims = [{"text": t, "state": s, "shown": s, "mark": m, "checks": []}
+              for t, s, m in (("first", "fails", "✗"), ("second", "tie", "≈"), ("third", "holds", "✓"))]
+    (out / "claims.json").write_text(json.dumps({"claims": claims}))
+    (results / "tables" / "t1" / "NOTES.md").write_text("# Diagnoses\n\n## `lite` ✗ first\n\nWhy it fails.\n")
+    report.write_report(results, tmp_path / "conf")
+    page = (results / "tables" / "t1" / "README.md").read_text()
+    assert "| first | [✗](#lite--first) | – |" in page  # the heading "`lite` ✗ first" -> anchor "lite--first"
+    assert "| third | [✓](#at-lite) | – |" in page
+    assert "Not yet diagnosed: `lite` ≈ second." in page
+    assert "Why it fails." in page and page.index("## Verdicts") < page.index("Why it fails.") < page.index("## At `lite`")
+    index = (results / "README.md").read_text()
+    assert "[1 ✓ · 1 ✗ · 1 ≈](tables/t1/README.md#at-lite)" in index
+    assert report.check_report(results, tmp_path / "conf") == []
+    _check_links(results)
 
 
 def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, capsys):
@@ -162,7 +205,7 @@ def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, 
     assert Ledger(runs).is_complete(cells["cells"][0]["config_hash"])
 
     assert report.check_report(results) == [] and report.main(["--check", "--results", str(results)]) == 0
-    (results / "README.md").write_text(second.replace("CAVEAT-SENTINEL", "edited by hand"))
+    (results / "README.md").write_text(second.replace("## Gao et al. (2019)", "## edited by hand"))
     assert report.main(["--check", "--results", str(results)]) == 1
     assert "stale" in capsys.readouterr().err
     (results / "README.md").write_text(second)

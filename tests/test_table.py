@@ -182,11 +182,12 @@ def test_render_formats_deltas_and_groups():
     meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m", "generated": "now"}
     md = to_markdown("T", ["test_ppl"], rows, meta, ["a note"])
     # perplexities below 100 keep two decimals (Yu et al. print 15.51), others one; Δ as the values
-    assert "| A | 80.00 | 82.25 | +2.25 |" in md and "| B | 90.00 | 88.00 | −2.00 |" in md and "| C | 70.00 | – |  |" in md
+    assert "| A | 80.00 | 82.25 (+2.25) |" in md and "| B | 90.00 | 88.00 (−2.00) |" in md and "| C | 70.00 | – |" in md
+    assert "| Model | Test PPL (paper) | Test PPL (ours) |" in md and "In brackets (Δ): ours minus the paper's." in md
     wide = to_markdown("T", ["test_ppl", "uniq", "isotropy_rare"],
                        [RenderedRow("D", None, {"test_ppl": 224.24, "uniq": 13143.0, "isotropy_rare": 0.198},
                                     {"test_ppl": 1234.5, "uniq": 97.0, "isotropy_rare": 0.81349}, "complete")], meta, [])
-    assert "| D | 224.2 | 1234 | +1010 | 13143 | 97 | −13046 | 0.198 | 0.813 | +0.615 |" in wide
+    assert "| D | 224.2 | 1234 (+1010) | 13143 | 97 (−13046) | 0.198 | 0.813 (+0.615) |" in wide
     assert md.count("**G1**") == 1 and "- a note" in md
     parsed = list(csv.DictReader(io.StringIO(to_csv(["test_ppl"], rows))))
     assert float(parsed[0]["test_ppl_delta"]) == pytest.approx(2.25)
@@ -202,9 +203,9 @@ def test_render_shows_a_diverged_value_rather_than_a_blank():
             RenderedRow("Y", None, {"test_ppl": 85.0}, {"test_ppl": 84.0}, "complete",
                         extra={"sd": {"test_ppl": float("nan")}, "baseline": 0})]
     meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m", "generated": "now"}
-    assert "| X | 90.00 | inf | +10.00 | inf |" in to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
-    assert "| Y | 85.00 | 84.00±nan | +5.00 | +2.00 |" in to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
-    assert "| X | 90.00 | inf | inf |" in to_markdown("T", ["test_ppl"], rows, meta, [])
+    assert "| X | 90.00 (+10.00) | inf (inf) |" in to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
+    assert "| Y | 85.00 (+5.00) | 84.00 ± nan (+2.00) |" in to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
+    assert "| X | 90.00 | inf (inf) |" in to_markdown("T", ["test_ppl"], rows, meta, [])
 
 
 def test_render_header_names_every_commit_the_cells_ran_at():
@@ -228,17 +229,18 @@ def test_render_at_lite_shows_the_change_against_the_baseline_and_seeds():
     meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m",
             "generated": "now", "seeds": [1, 2], "differences": "Ours ran: ptb, vocabulary 10,000."}
     md = to_markdown("T", ["test_ppl"], rows, meta, [], relative=True)
-    # REAL - MLE: paper 82.7 - 87.3 = -4.6, ours 133.9 - 141.2 = -7.3
-    assert "| REAL | 82.70 | 133.9±0.40 | −4.60 | −7.30 |" in md
-    assert "| MLE | 87.30 | 141.2±0.60 |  |  |" in md
-    assert "| AL (1/2 seeds) |" in md and "| RE (paper only at lite) | 85.10 | – | −2.20 |  |" in md
-    assert "Δ vs base (paper) | Δ vs base (ours)" in md and "Seeds: 1, 2 (ours = mean±sd)" in md
+    # REAL - MLE: paper 82.7 - 87.3 = -4.6, ours 133.9 - 141.2 = -7.3 (at the sd's 2 decimals: 0.40)
+    assert "| REAL | 82.70 (−4.60) | 133.90 ± 0.40 (−7.30) |" in md
+    assert "| MLE | 87.30 | 141.20 ± 0.60 |" in md
+    assert "| AL (1/2 seeds) |" in md and "| RE (paper only at lite) | 85.10 (−2.20) | – |" in md
+    assert "In brackets (Δ base): the row minus its baseline row (MLE;" in md
+    assert "Seeds: 1, 2 (ours = mean ± sd)" in md
     assert "Not the paper's setting: Ours ran: ptb, vocabulary 10,000." in md
     parsed = list(csv.DictReader(io.StringIO(to_csv(["test_ppl"], rows))))
     assert float(parsed[1]["test_ppl_vs_base_ours"]) == pytest.approx(-7.3)
     assert float(parsed[1]["test_ppl_vs_base_paper"]) == pytest.approx(-4.6)
     assert float(parsed[1]["test_ppl_sd"]) == pytest.approx(0.4)
-    assert "REAL & 82.70 & 133.9$\\pm$0.40 & -4.60 & -7.30" in to_latex("T", ["test_ppl"], rows, meta, relative=True)
+    assert "REAL & 82.70 & 133.90 $\\pm$ 0.40 & -4.60 & -7.30" in to_latex("T", ["test_ppl"], rows, meta, relative=True)
 
 
 def test_table_cli_renders(tmp_path, tiny_data):
@@ -264,3 +266,44 @@ def test_table_cli_renders(tmp_path, tiny_data):
     assert again.returncode == 1, again.stderr[-2000:]
     second = json.loads(cells_json.read_text())
     assert second["command"] == trained and "render_only=true" in second["rendered_by"]
+
+
+def test_mean_sd_prints_two_significant_figures_of_the_sd():
+    from reproduce.results.metrics import metric, sd_places
+
+    ppl, ratio, count = metric("valid_ppl"), metric("isotropy"), metric("uniq")
+    # worked by hand: sd 9.46 -> 9.5 (1 decimal), the mean to 1 decimal
+    assert ppl.format_mean_sd(213.4, 9.46) == "213.4 ± 9.5"
+    assert ratio.format_mean_sd(0.627, 0.00686) == "0.6270 ± 0.0069"
+    assert count.format_mean_sd(27063, 587.9) == "27060 ± 590"  # to tens
+    assert ppl.format_mean_sd(1.0, 9.96) == "1 ± 10"  # 9.96 rounds to 10.0: two figures are "10"
+    assert ppl.format_mean_sd(84.0, None) == "84.00" and ppl.format_mean_sd(None, 1.0) == "–"
+    assert ppl.format_mean_sd(84.0, float("nan")) == "84.00 ± nan" and ppl.format_mean_sd(5.0, 0.0) == "5.00 ± 0"
+    assert [sd_places(x) for x in (0.0123, 0.5, 3.0, 45.0, 999.0, 0.0, None)] == [3, 2, 1, 0, -2, None, None]
+
+
+def test_markdown_splits_a_wide_table_by_family_and_drops_empty_columns():
+    """12 metrics of four families (24 paper/ours columns) -> tables of at most 12 columns, each family whole where
+    it fits; a metric the paper does not report loses its paper column, one nobody has is not shown."""
+    from reproduce.results.render import MAX_COLUMNS
+
+    ppl = ["test_ppl", "ppl_frequent", "ppl_medium", "ppl_rare"]
+    uniq = ["uniq", "uniq_frequent", "uniq_medium", "uniq_rare"]
+    iso = ["isotropy", "isotropy_frequent", "isotropy_medium", "isotropy_rare"]
+    columns = [*ppl, *uniq, *iso, "wordsim_men", "wordsim_rw"]
+    paper = {c: 1.0 for c in ppl + uniq + iso}
+    ours = {c: 2.0 for c in columns if c != "wordsim_rw"}
+    rows = [RenderedRow("MLE", None, paper, ours, "complete"),
+            RenderedRow("AGG", None, paper, ours, "complete", extra={"baseline": 0})]
+    meta = {"source": "S", "scale": "lite", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m", "generated": "now"}
+    md = to_markdown("T", columns, rows, meta, [], relative=True)
+    tables = [line for line in md.splitlines() if line.startswith("| Model |")]
+    widths = [line.count("|") - 1 for line in tables]
+    assert all(w <= MAX_COLUMNS for w in widths), widths
+    # every metric's columns appear exactly once over the tables; MEN has no paper value, RW no value at all
+    assert sum(w - 1 for w in widths) == 2 * 12 + 1
+    assert "MEN (ours)" in md and "MEN (paper)" not in md and "RW" not in md
+    assert "**Perplexity**" in md and "**Uniq**" in md and "**Isotropy I(W) · Word similarity**" in md
+    # a family that fits stays in one table: the 4 PPL metrics' 8 columns share a table
+    assert any(all(f"{label} (ours)" in t for label in ("Test PPL", "PPL frequent", "PPL medium", "PPL rare"))
+               for t in tables)

@@ -405,13 +405,11 @@ def _combine(states: list[str]) -> str:
 # rendering
 # --------------------------------------------------------------------------------------------------
 def mean_sd(values: list[float], column: str) -> str:
-    from reproduce.results.render import _fmt
-
+    """One seed's value, or mean ± sd over the seeds as the tables print it (Metric.format_mean_sd)."""
     if not values:
         return "–"
-    if len(values) == 1:
-        return _fmt(values[0], column)
-    return f"{_fmt(statistics.fmean(values), column)}±{_fmt(statistics.stdev(values), column)}"
+    sd = statistics.stdev(values) if len(values) > 1 else None
+    return metric(column).format_mean_sd(statistics.fmean(values), sd)
 
 
 def _ratio_note(check: ClaimCheck, a: float | None, b: float | None) -> str:
@@ -538,7 +536,7 @@ def claims_markdown(verdicts: list[Verdict], source: str, scale: str, seeds: lis
              f"At `{scale}`: {tally_words(tally(verdicts))}; {n} seed{'s' if n != 1 else ''} ({seed_text}). "
              f"Rule: {RULE}. ⚠: the claim, its margin, the seeds or a cell's config changed after its cells ran "
              f"(no verdict until they run again).", "",
-             f"| | Claim | Paper | Ours ({n} seed{'s' if n != 1 else ''}, mean±sd) [Δ in the claim's direction vs "
+             f"| | Claim | Paper | Ours ({n} seed{'s' if n != 1 else ''}, mean ± sd) [Δ in the claim's direction vs "
              f"margin] |", "|---|---|---|---|"]
     for v in verdicts:
         parts = [describe_check(r) for r in v.checks]

@@ -88,6 +88,29 @@ class Metric:
             return f"{value:.2f}" if abs(value) < 100 else (f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}")
         return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
 
+    def format_mean_sd(self, value, sd) -> str:
+        """``mean ± sd`` with the sd to two significant figures and the mean to the same decimal place (213.4 ± 9.5,
+        0.6270 ± 0.0069, 27060 ± 590); the plain format where the sd is missing, zero or not finite."""
+        if value is None or sd is None:
+            return self.format(value)
+        places = sd_places(sd)
+        if places is None or not math.isfinite(value):
+            return f"{self.format(value)} ± {0 if sd == 0 else sd}"
+        if places > 0:
+            return f"{value:.{places}f} ± {sd:.{places}f}"
+        return f"{round(value, places):.0f} ± {round(sd, places):.0f}"
+
+
+def sd_places(sd) -> int | None:
+    """The decimal places that print ``sd`` to two significant figures (negative: round to tens, hundreds, ...);
+    None for no sd, a zero or a non-finite one."""
+    if sd is None or not math.isfinite(sd) or sd == 0:
+        return None
+    places = 1 - math.floor(math.log10(abs(sd)))
+    if abs(round(sd, places)) >= 10 ** (2 - places):  # 9.96 -> 10.0: two figures of the rounded sd
+        places -= 1
+    return places
+
 
 def _m(name, label=None, better=None, task="any", recorded=False, analysis=None) -> Metric:
     return Metric(name, label or name, better, task, recorded, analysis)

@@ -16,7 +16,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
-from reproduce.results.metrics import label, metric
+from reproduce.results.metrics import label, metric, sd_places
 
 
 @dataclass
@@ -35,29 +35,29 @@ def _fmt(value, column: str) -> str:
     return metric(column).format(value)
 
 
-def _delta(paper, ours, column: str) -> str:
+def _delta(paper, ours, column: str, places: int | None = None) -> str:
+    """ours - paper, signed; ``places``: the decimals of the mean ± sd it is printed beside (metrics.sd_places)."""
     if paper is None or ours is None:
         return ""
     d = ours - paper
     if not math.isfinite(d):
         return _fmt(d, column)
-    return ("+" if d >= 0 else "−") + _fmt(abs(d), column)
+    text = _fmt(abs(d), column) if places is None else f"{round(abs(d), places):.{max(places, 0)}f}"
+    return ("+" if d >= 0 else "−") + text
 
 
 def _ours(row: RenderedRow, column: str) -> str:
-    """Ours: the value, or mean±sd over the row's seeds."""
-    sd = (row.extra.get("sd") or {}).get(column)
-    value = _fmt(row.ours.get(column), column)
-    return value if sd is None or value == "–" else f"{value}±{_fmt(sd, column)}"
+    """Ours: the value, or mean ± sd over the row's seeds (the sd to two significant figures, the mean to match)."""
+    return metric(column).format_mean_sd(row.ours.get(column), (row.extra.get("sd") or {}).get(column))
 
 
-def _vs_base(rows: list[RenderedRow], row: RenderedRow, column: str, which: str) -> str:
+def _vs_base(rows: list[RenderedRow], row: RenderedRow, column: str, which: str, places: int | None = None) -> str:
     """The row's change against its baseline row (which = "paper" | "ours"); empty for the baseline itself."""
     j = row.extra.get("baseline")
     if j is None:
         return ""
     base = rows[j]
-    return _delta(getattr(base, which).get(column), getattr(row, which).get(column), column)
+    return _delta(getattr(base, which).get(column), getattr(row, which).get(column), column, places)
 
 
 def _label(row: RenderedRow) -> str:
@@ -78,55 +78,108 @@ def _header_lines(meta: dict) -> list[str]:
     lines = [
         f"Source: {meta['source']}.",
         f"Scale: `{meta['scale']}` ({meta.get('scale_note', '')})."
-        + (f" Seeds: {', '.join(map(str, seeds))} (ours = mean±sd)." if len(seeds) > 1 else "")
+        + (f" Seeds: {', '.join(map(str, seeds))} (ours = mean ± sd)." if len(seeds) > 1 else "")
         + f" Commit: `{commit}`. Hardware: {meta.get('hardware', 'n/a')}. "
         f"Wall time of the cells: {meta.get('wall_time', 'n/a')}. Generated {meta.get('generated', '')}.",
     ]
     if meta.get("differences"):
         lines.append(f"Not the paper's setting: {meta['differences']} Compare each row's change against the baseline "
-                     f"(Δ vs base), not the absolute numbers.")
+                     f"(Δ base), not the absolute numbers.")
     return lines
 
 
-def _metric_header(columns: list[str], relative: bool, paper: bool = True) -> list[str]:
-    head = []
+# The Markdown table: at most MAX_COLUMNS columns (the label and two per metric: the paper's value and ours, each with
+# its Δ in brackets); a table with more metrics is split into one table per family of metrics.
+MAX_COLUMNS = 12
+FAMILY_TITLES = {"ppl": "Perplexity", "isotropy": "Isotropy I(W)", "cos": "Cosines", "bleu": "BLEU", "uniq": "Uniq",
+                 "wordsim": "Word similarity", "params": "Parameters", None: "Other metrics"}
+
+
+def _with_delta(value: str, delta: str) -> str:
+    return f"{value} ({delta})" if delta and value != "–" else value
+
+
+def _subcolumns(rows: list[RenderedRow], columns: list[str], relative: bool, paper: bool) -> list[tuple[str, str]]:
+    """(metric, "paper" | "ours") for each column the Markdown shows: a paper or ours column that is "–" in every
+    row is left out (the CSV keeps it)."""
+    subs = []
     for c in columns:
-        name = label(c)
-        head += ([name] if not paper else
-                 [f"{name} (paper)", f"{name} (ours)", "Δ vs base (paper)", "Δ vs base (ours)"] if relative
-                 else [f"{name} (paper)", f"{name} (ours)", "Δ"])
-    return head
+        for which in (("paper", "ours") if paper else ("ours",)):
+            if any(getattr(r, which).get(c) is not None for r in rows):
+                subs.append((c, which))
+    return subs
 
 
-def _metric_cells(rows: list[RenderedRow], r: RenderedRow, columns: list[str], relative: bool,
-                  paper: bool = True) -> list[str]:
-    cells = []
-    for c in columns:
-        if not paper:
-            cells.append(_ours(r, c))
-        elif relative:
-            cells += [_fmt(r.paper.get(c), c), _ours(r, c), _vs_base(rows, r, c, "paper"), _vs_base(rows, r, c, "ours")]
-        else:
-            cells += [_fmt(r.paper.get(c), c), _ours(r, c), _delta(r.paper.get(c), r.ours.get(c), c)]
-    return cells
+def _subcolumn_header(column: str, which: str, relative: bool, paper: bool) -> str:
+    return f"{label(column)} ({which})" if paper else label(column)
 
 
-def to_markdown(title: str, columns: list[str], rows: list[RenderedRow], meta: dict, notes: list[str],
-                relative: bool = False, claims: list[str] | None = None, paper: bool = True,
-                first_column: str = "Model") -> str:
-    """The table as Markdown. ``paper=False``: our numbers only (a sweep: no paper column to compare with)."""
-    head = [first_column, *_metric_header(columns, relative, paper)]
-    lines = [f"## {title}", "", *_header_lines(meta), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def _cell(rows: list[RenderedRow], r: RenderedRow, column: str, which: str, relative: bool, paper: bool) -> str:
+    value = _fmt(r.paper.get(column), column) if which == "paper" else _ours(r, column)
+    if not paper:
+        return value
+    places = sd_places((r.extra.get("sd") or {}).get(column)) if which == "ours" else None
+    if relative:
+        return _with_delta(value, _vs_base(rows, r, column, which, places))
+    return value if which == "paper" else _with_delta(value, _delta(r.paper.get(column), r.ours.get(column), column,
+                                                                    places))
+
+
+def _chunks(subs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The subcolumns in tables of at most MAX_COLUMNS - 1 each, a family of metrics kept together where it fits."""
+    width, chunks = MAX_COLUMNS - 1, [[]]
+    if len(subs) <= width:
+        return [subs]  # one table, in the table's own column order
+    families: dict = {}
+    for sub in subs:
+        families.setdefault(metric(sub[0]).family, []).append(sub)
+    for family_subs in families.values():
+        if chunks[-1] and len(chunks[-1]) + len(family_subs) > width:
+            chunks.append([])
+        for sub in family_subs:
+            # a metric's paper and ours columns stay in one table
+            if len(chunks[-1]) >= width or (len(chunks[-1]) == width - 1 and sub[1] == "paper"):
+                chunks.append([])
+            chunks[-1].append(sub)
+    return [c for c in chunks if c]
+
+
+def _markdown_table(rows: list[RenderedRow], subs: list[tuple[str, str]], relative: bool, paper: bool,
+                    first_column: str) -> list[str]:
+    head = [first_column, *(_subcolumn_header(c, w, relative, paper) for c, w in subs)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     last_group = None
     for r in rows:
         if r.group and r.group != last_group:
             lines.append(f"| **{r.group}** |" + " |" * (len(head) - 1))
             last_group = r.group
-        lines.append("| " + " | ".join([_label(r), *_metric_cells(rows, r, columns, relative, paper)]) + " |")
-    if relative and any(r.extra.get("baseline") is not None for r in rows):
+        lines.append("| " + " | ".join([_label(r), *(_cell(rows, r, c, w, relative, paper) for c, w in subs)]) + " |")
+    return lines
+
+
+def to_markdown(title: str, columns: list[str], rows: list[RenderedRow], meta: dict, notes: list[str],
+                relative: bool = False, claims: list[str] | None = None, paper: bool = True,
+                first_column: str = "Model") -> str:
+    """The table as Markdown. ``paper=False``: our numbers only (a sweep: no paper column to compare with).
+
+    Each metric shows the paper's value and ours (mean ± sd over seeds); in brackets the change against the row's
+    baseline (``relative``: lite, smoke) or ours minus the paper's (paper scale). Over MAX_COLUMNS columns, one
+    table per family of metrics (perplexity, isotropy, Uniq, ...)."""
+    lines = [f"## {title}", "", *_header_lines(meta)]
+    subs = _subcolumns(rows, columns, relative, paper) or [(c, "ours") for c in columns[:1]]
+    chunks = _chunks(subs)
+    for chunk in chunks:
+        lines.append("")
+        if len(chunks) > 1:
+            families = dict.fromkeys(FAMILY_TITLES.get(metric(c).family, "Other metrics") for c, _ in chunk)
+            lines += [f"**{' · '.join(families)}**", ""]
+        lines += _markdown_table(rows, chunk, relative, paper, first_column)
+    if paper and relative and any(r.extra.get("baseline") is not None for r in rows):
         bases = sorted({rows[r.extra["baseline"]].label for r in rows if r.extra.get("baseline") is not None})
-        lines += ["", f"Δ vs base: the row minus its baseline row ({', '.join(bases)}; within the row's group), "
-                      "the paper's numbers and ours."]
+        lines += ["", f"In brackets (Δ base): the row minus its baseline row ({', '.join(bases)}; within the row's "
+                      "group), the paper's numbers and ours."]
+    elif paper and not relative:
+        lines += ["", "In brackets (Δ): ours minus the paper's."]
     if notes:
         lines += ["", *[f"- {n}" for n in notes]]
     if claims:
@@ -159,6 +212,17 @@ def to_csv(columns: list[str], rows: list[RenderedRow]) -> str:
                      (o - bo) if (o is not None and bo is not None) else ""]
         writer.writerow(line)
     return buf.getvalue()
+
+
+def _metric_cells(rows: list[RenderedRow], r: RenderedRow, columns: list[str], relative: bool) -> list[str]:
+    """The LaTeX table's cells of one row: per metric, paper, ours and the Δ (two Δs, paper and ours, when relative)."""
+    cells = []
+    for c in columns:
+        if relative:
+            cells += [_fmt(r.paper.get(c), c), _ours(r, c), _vs_base(rows, r, c, "paper"), _vs_base(rows, r, c, "ours")]
+        else:
+            cells += [_fmt(r.paper.get(c), c), _ours(r, c), _delta(r.paper.get(c), r.ours.get(c), c)]
+    return cells
 
 
 def _tex_escape(text: str) -> str:

@@ -150,9 +150,10 @@ def relink(text: str, base: str) -> str:
     return _LINK.sub(fix, text)
 
 
-def include(path: Path, results_dir: Path, top: int) -> str:
-    """A Markdown file of results/, ready to include: headings nested under ``top``, links fixed."""
-    base = path.parent.relative_to(results_dir).as_posix()
+def include(path: Path, page_dir: Path, top: int) -> str:
+    """A Markdown file included in a page that lives in ``page_dir`` (results/ or a table's folder): headings nested
+    under ``top``, relative links made relative to the page."""
+    base = path.parent.resolve().relative_to(Path(page_dir).resolve()).as_posix()
     text = path.read_text().strip()
     return demote(relink(text, base) if base != "." else text, top)
 
@@ -318,155 +319,172 @@ def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | No
     return {c["text"]: c for c in claims}
 
 
-def _ours_summary(claim: dict) -> str:
-    return "; ".join(c["ours"] for c in claim.get("checks", []) if c.get("ours") and c["ours"] != "–") or "–"
+VERDICT_KEYS = ("holds", "fails", "tie", "undecided", "changed", "paper_only")
 
 
-def claims_status(page: Page, results_dir: Path, tables: list[TableInfo]) -> None:
-    """The status of every claim: table x claim x scale x verdict, with the headline count at lite."""
-    rows, counts = [], {s: {"holds": 0, "fails": 0, "tie": 0, "undecided": 0, "changed": 0, "paper_only": 0}
-                        for s in CLAIM_SCALES}
-    total = 0
-    for t in tables:
-        rendered = {s: _verdicts(results_dir, t.name, s) for s in CLAIM_SCALES}
-        for text, scales in t.claims:
-            total += 1
-            marks = []
-            for s in CLAIM_SCALES:
-                v = (rendered[s] or {}).get(text)
-                shown = (v.get("shown") or v["state"]) if v else "undecided"
-                if (scales is not None and s not in scales) or shown == "n/a":
-                    counts[s]["paper_only"] += 1
-                    marks.append(f"[n/a](#{{{t.name}/{s}}})" if v and rendered[s] is not None else "n/a")
-                    continue
-                counts[s][shown] += 1
-                mark = v["mark"] if v else "–"
-                marks.append(f"[{mark}](#{{{t.name}/{s}}})" if rendered[s] is not None else mark)
-            lite = (rendered["lite"] or {}).get(text)
-            paper_vals = "; ".join(c["paper"] for c in lite["checks"]) if lite else ""
-            rows.append(f"| [{t.name}](#{{{t.name}}}) | {text} | " + " | ".join(marks)
-                        + f" | {paper_vals or '–'} | {_ours_summary(lite) if lite else '–'} |")
-    if not total:
-        return
-    page.heading(2, "Claims")
-    c = counts["lite"]
-    meaningful = total - c["paper_only"]
+def claim_marks(results_dir: Path, t: TableInfo) -> list[tuple[str, dict[str, tuple[str, dict | None]]]]:
+    """Per claim of a table: (text, {scale: (shown, its claims.json record or None)}); shown is a verdict key of
+    VERDICT_KEYS ("paper_only" = n/a at that scale)."""
+    rendered = {s: _verdicts(results_dir, t.name, s) for s in CLAIM_SCALES}
+    out = []
+    for text, scales in t.claims:
+        marks = {}
+        for s in CLAIM_SCALES:
+            v = (rendered[s] or {}).get(text)
+            shown = (v.get("shown") or v["state"]) if v else "undecided"
+            if (scales is not None and s not in scales) or shown == "n/a":
+                shown = "paper_only"
+            marks[s] = (shown, v)
+        out.append((text, marks))
+    return out
+
+
+def verdict_counts(marks: list[tuple[str, dict]]) -> dict[str, dict[str, int]]:
+    counts = {s: dict.fromkeys(VERDICT_KEYS, 0) for s in CLAIM_SCALES}
+    for _, by_scale in marks:
+        for s, (shown, _) in by_scale.items():
+            counts[s][shown] += 1
+    return counts
+
+
+def headline(counts: dict[str, dict[str, int]], total: int) -> str:
+    """The status in one paragraph; its first words are what claims_headline finds and the project README shows."""
+    c, p = counts["lite"], counts["paper"]
     changed = f", {c['changed']} changed after their cells ran (⚠, no verdict)" if c["changed"] else ""
-    p = counts["paper"]
-    page.para(f"**{c['holds']} of {meaningful} claims shown at `lite`** ({c['fails']} not shown, {c['tie']} ties inside their "
-              f"margin, {c['undecided']} not yet decided{changed}; {c['paper_only']} more cannot be decided at `lite`: they "
-              f"compare with other work's numbers, need rows `lite` does not run, or are n/a there with a measured "
-              f"reason). At `smoke`: {counts['smoke']['holds']} ✓, {counts['smoke']['fails']} ✗, {counts['smoke']['tie']} ≈ "
-              f"— not meaningful (plumbing-sized runs). At `paper`: {p['holds']} ✓, {p['fails']} ✗, {p['tie']} ≈"
-              + (f", {p['changed']} ⚠" if p["changed"] else "") + f" of {total - p['paper_only']}.")
-    page.para("Each claim is a paper's finding as a check over its table's own rows (`conf/table/<table>.yaml`, "
-              "`claims:`). ✓ holds, ✗ does not, ≈ a tie (the difference is inside its margin, or the seeds "
-              "disagree), ⚠ the claim or its cells changed after they ran (no verdict), – not decided (a cell it needs "
-              "is not run or not complete at that scale), n/a: meaningful at another scale only (it compares with "
-              "another paper's number, needs rows that scale does not run, e.g. the 650- and 1500-unit nets at lite, or "
-              "is marked n/a there with a measured reason). The rule (docs/claims.md): the mean paired difference in "
-              "the claim's direction must exceed the margin fixed before the run (the larger of the stated one and the "
-              "compared row's seed sd) with every seed agreeing. Scales: `smoke` = plumbing for CI, `lite` = the "
-              "claims on a 2-core CPU (real corpora, small budgets), `paper` = the papers' settings. Paper and ours "
-              "(lite) are the compared cells' values, "
-              "baseline → row; ours is mean±sd over the seeds.")
-    page.add("| Table | Claim | lite | smoke | paper | Paper | Ours (lite) |", "|---|---|---|---|---|---|---|", *rows, "")
-    notes = results_dir / "NOTES.md"
+    return (f"**{c['holds']} of {total - c['paper_only']} claims shown at `lite`** ({c['fails']} not shown, {c['tie']} "
+            f"ties inside their margin, {c['undecided']} not yet decided{changed}; {c['paper_only']} more cannot be "
+            f"decided at `lite`: they compare with other work's numbers, need rows `lite` does not run, or are n/a "
+            f"there with a measured reason). At `paper`: {p['holds']} ✓, {p['fails']} ✗, {p['tie']} ≈"
+            + (f", {p['changed']} ⚠" if p["changed"] else "") + f" of {total - p['paper_only']}.")
+
+
+def _count_text(n: dict[str, int]) -> str:
+    """"3 ✓ · 1 ✗ · 2 ≈ (4 n/a)" of one table at one scale."""
+    parts = [f"{n[k]} {m}" for k, m in (("holds", "✓"), ("fails", "✗"), ("tie", "≈"), ("changed", "⚠"),
+                                         ("undecided", "not decided")) if n[k]]
+    text = " · ".join(parts) or "–"
+    return text + (f" ({n['paper_only']} n/a)" if n["paper_only"] else "")
+
+
+MARK_WORDS = ("✓ holds, ✗ does not, ≈ a tie (inside its margin, or the seeds disagree), ⚠ changed after its cells ran "
+              "(no verdict), – not decided (a cell it needs is not complete), n/a not decidable at that scale")
+
+
+def diagnosis_anchors(notes: Path) -> dict[tuple[str, str], str]:
+    """{(scale, claim text): anchor} of a table's diagnoses file: a heading "`<scale>` <mark> <claim text>" per
+    diagnosed claim (e.g. "### `lite` ✗ Freezing does not raise total test PPL")."""
+    if not notes.is_file():
+        return {}
+    lines = notes.read_text().splitlines()
+    out, seen = {}, defaultdict(int)
+    for _i, _level, title in _headings(lines):
+        s = slug(title)
+        anchor = s if seen[s] == 0 else f"{s}-{seen[s]}"
+        seen[s] += 1
+        m = re.match(r"`(\w+)`\s+\S+\s+(.*)$", title)
+        if m:
+            out[(m.group(1), m.group(2).strip())] = anchor
+    return out
+
+
+def table_page(results_dir: Path, t: TableInfo, marks: list, generated: str) -> str:
+    """results/tables/<t>/README.md: the verdicts first (each ✗ and ≈ linked to its diagnosis), the diagnoses, then
+    the table and its figures at paper and lite; smoke is on its own page."""
+    base = results_dir / "tables" / t.name
+    notes = base / "NOTES.md"
+    anchors = diagnosis_anchors(notes)
+    notes_link = " · [notes](../../NOTES.md)" if (results_dir / "NOTES.md").is_file() else ""
+    lines = [f"# {t.title}", "", f"{t.source}. [All tables](../../README.md){notes_link}", "",
+             GENERATED_PREFIX + generated, ""]
+    shown_scales = [s for s in ("lite", "paper") if is_rendered(results_dir, t.name, s)]
+    undiagnosed = []
+    if marks:
+        lines += ["## Verdicts", "", f"{MARK_WORDS}. The rule: `docs/claims.md`.", "",
+                  "| Claim | " + " | ".join(f"`{s}`" for s in ("lite", "paper")) + " |", "|---|---|---|"]
+        for text, by_scale in marks:
+            cells = []
+            for s in ("lite", "paper"):
+                shown, v = by_scale[s]
+                mark = "n/a" if shown == "paper_only" else (v["mark"] if v else "–")
+                anchor = anchors.get((s, text))
+                if anchor:
+                    mark = f"[{mark}](#{anchor})"
+                elif shown in ("fails", "tie") and s in shown_scales:
+                    undiagnosed.append((s, mark, text))
+                elif shown_scales and s in shown_scales:
+                    mark = f"[{mark}](#at-{s})"
+                cells.append(mark)
+            lines.append(f"| {text} | " + " | ".join(cells) + " |")
+        lines.append("")
+        if undiagnosed:
+            lines += ["Not yet diagnosed: " + "; ".join(f"`{s}` {m} {text}" for s, m, text in undiagnosed) + ".", ""]
     if notes.is_file():
-        page.para("Why a claim does not show: see [Notes](NOTES.md).")
+        lines += ["## Diagnoses", "", include(notes, base, 3), ""]
+    for scale in ("paper", "lite"):
+        if scale not in shown_scales:
+            continue
+        out = base / scale
+        lines += [f"## At `{scale}`", "", table_md_body((out / "table.md").read_text()), ""]
+        lines += [_files_line(out, base), ""]
+        lines += table_figures(out, base)
+    if is_rendered(results_dir, t.name, "smoke"):
+        lines += ["## At `smoke`", "", f"Plumbing only: [the smoke rendering](../../smoke.md#{slug(f'`{t.name}`')}).", ""]
+    if not shown_scales and not is_rendered(results_dir, t.name, "smoke"):
+        lines += [_make_it(t), ""]
+    return "\n".join(lines)
 
 
-def build_readme(results_dir: Path, tables: list[TableInfo], generated: str) -> str:
-    results_dir = Path(results_dir)
-    tables = tables + orphan_tables(results_dir, tables)
-    page = Page()
-    by_paper: dict[str, list[TableInfo]] = defaultdict(list)
+def _files_line(out: Path, base: Path) -> str:
+    files = " · ".join(f"[{f}]({_rel(out / f, base)})" for f in ("table.md", "table.csv", "table.tex", "cells.json")
+                       if (out / f).is_file())
+    try:
+        command = load_cells_json(out / "cells.json").get("command")
+    except (OSError, CorruptFile):
+        command = None
+    return f"Files: {files}." + (f" Made by `{command}`." if command else "")
+
+
+def _make_it(t: TableInfo) -> str:
+    return (f"Not reproduced yet: `make reproduce-table TABLE={t.name} SCALE=lite` (or `python -m reproduce.table "
+            f"table={t.name} scale=lite`; `SCALE=smoke` for a CPU check).")
+
+
+def smoke_page(results_dir: Path, tables: list[TableInfo], generated: str) -> str:
+    """results/smoke.md: every table at smoke (plumbing-sized runs, numbers that say nothing about the papers)."""
+    lines = ["# Every table at `smoke`", "", "Plumbing, not numbers: the smoke scale runs each table's cells for "
+             "minutes on a CPU (tiny budgets) so CI checks that every row trains, evaluates and renders. Its "
+             "verdicts are not findings. [All tables](README.md).", "", GENERATED_PREFIX + generated, ""]
     for t in tables:
-        by_paper[t.paper_key].append(t)
-    figure_dirs = sorted(d for d in (results_dir / "figures").glob("*") if d.is_dir())
-    for d in figure_dirs:
-        by_paper.setdefault(d.name.split("_")[0], [])
-    papers = sorted(by_paper, key=paper_order)
+        out = results_dir / "tables" / t.name / "smoke"
+        if not is_rendered(results_dir, t.name, "smoke"):
+            continue
+        lines += [f"## `{t.name}`", "", f"{t.title}. [Its page](tables/{t.name}/README.md).", "",
+                  table_md_body((out / "table.md").read_text()), "", _files_line(out, results_dir), ""]
+    return "\n".join(lines)
 
-    def scales_of(t: TableInfo) -> list[str]:
-        return [s for s in SCALES if is_rendered(results_dir, t.name, s)]
 
-    # ---- the claims, first ----------------------------------------------------------------------
-    claims_status(page, results_dir, [t for key in papers for t in by_paper[key]])
-
-    # ---- summary ------------------------------------------------------------------------------
-    page.heading(2, "Summary")
-    page.add("| Paper | Table | " + " | ".join(SCALES) + " |", "|---|---|" + "---|" * len(SCALES))
-    for key in papers:
-        for t in by_paper[key]:
-            done = scales_of(t)
-            marks = [f"[{s}](#{{{t.name}/{s}}})" if s in done else "–" for s in SCALES]
-            page.add(f"| {key} | [{t.name}](#{{{t.name}}}) | " + " | ".join(marks) + " |")
-    page.add("")
-    page.para("A link leads to the table at that scale; – means not rendered at that scale yet. Scales: `paper` = the "
-              "papers' hyperparameters, `lite` = about one GPU-hour per table, `smoke` = minutes on a CPU (plumbing, "
-              "not numbers). Each table shows the paper's number, ours and the difference (ours − paper), "
-              "and states its scale, commit, hardware and wall time.")
-    notes = results_dir / "NOTES.md"
-    if notes.is_file():
-        page.heading(2, "Notes")
-        page.add(include(notes, results_dir, 3), "")
-
-    anchors: dict[str, int] = {}  # {name}: line index of its heading, resolved to a slug at the end
-    not_reproduced: list[TableInfo] = []
-    for key in papers:
-        infos = by_paper[key]
-        paper = infos[0].paper if infos else key
-        page.heading(2, paper)
-        for t in infos:
-            done = scales_of(t)
-            if not done:
-                not_reproduced.append(t)
-                continue
-            page.heading(3, t.title)
-            anchors[t.name] = max(page.toc)
-            for scale in done:
-                out = results_dir / "tables" / t.name / scale
-                page.heading(4, f"`{t.name}` at scale `{scale}`", toc=False)
-                anchors[f"{t.name}/{scale}"] = len(page.lines) - 2
-                page.para(table_md_body((out / "table.md").read_text()))
-                files = " · ".join(f"[{f}]({_rel(out / f, results_dir)})"
-                                   for f in ("table.md", "table.csv", "table.tex", "cells.json") if (out / f).is_file())
-                try:
-                    meta = load_cells_json(out / "cells.json")
-                    command = meta.get("command")
-                except (OSError, CorruptFile):
-                    command = None
-                page.para(f"Files: {files}." + (f" Rendered by `{command}`." if command else ""))
-                page.add(*table_figures(out, results_dir))
-        missing = [t for t in infos if not scales_of(t)]
-        if missing:
-            page.heading(3, f"Not yet reproduced ({key})")
-            for t in missing:
-                anchors[t.name] = max(page.toc)
-                page.add(f"- **{t.title}** (`{t.name}`): `make reproduce-table TABLE={t.name} SCALE=lite` "
-                         f"(or `python -m reproduce.table table={t.name} scale=lite`; `SCALE=smoke` for a CPU check)")
-            page.add("")
-        for d in (d for d in figure_dirs if d.name.split("_")[0] == key):
-            page.heading(3, f"Figure: `{d.name}`")
+def more_page(results_dir: Path, generated: str) -> str | None:
+    """results/more.md: the figures made by scripts, benchmarks, sweeps, sanity checks and lent-GPU runs."""
+    page = Page()
+    for d in sorted(d for d in (results_dir / "figures").glob("*") if d.is_dir()):
+        page.heading(2, f"Figure: `{d.name}`")
+        for f in NOTE_FILES:
+            if (d / f).is_file():
+                page.add(include(d / f, results_dir, 3), "")
+        subs = sorted((s for s in d.iterdir() if s.is_dir()),
+                      key=lambda s: (SCALES.index(s.name) if s.name in SCALES else len(SCALES), s.name))
+        for sub in subs:
+            page.heading(3, f"`{d.name}` at scale `{sub.name}`", toc=False)
             for f in NOTE_FILES:
-                if (d / f).is_file():
-                    page.add(include(d / f, results_dir, 5), "")
-            subs = sorted((s for s in d.iterdir() if s.is_dir()),
-                          key=lambda s: (SCALES.index(s.name) if s.name in SCALES else len(SCALES), s.name))
-            for sub in subs:
-                page.heading(4, f"`{d.name}` at scale `{sub.name}`", toc=False)
-                for f in NOTE_FILES:
-                    if (sub / f).is_file():
-                        page.add(include(sub / f, results_dir, 5), "")
-                for png in sorted(sub.glob("*.png")):
-                    page.add(f"![{d.name} ({sub.name}): {png.stem}]({_rel(png, results_dir)})", "")
-                data = sorted(p for p in sub.iterdir() if p.suffix in (".json", ".csv"))
-                if data:
-                    page.para("Data: " + " · ".join(f"[{p.name}]({_rel(p, results_dir)})" for p in data) + ".")
-            page.para(f"Figures under `results/figures/` come from scripts (e.g. `scripts/{d.name}.py`) and are not "
-                      "re-rendered by this report.")
-
+                if (sub / f).is_file():
+                    page.add(include(sub / f, results_dir, 4), "")
+            for png in sorted(sub.glob("*.png")):
+                page.add(f"![{d.name} ({sub.name}): {png.stem}]({_rel(png, results_dir)})", "")
+            data = sorted(p for p in sub.iterdir() if p.suffix in (".json", ".csv"))
+            if data:
+                page.para("Data: " + " · ".join(f"[{p.name}]({_rel(p, results_dir)})" for p in data) + ".")
+        page.para(f"Figures under `results/figures/` come from scripts (e.g. `scripts/{d.name}.py`) and are not "
+                  "re-rendered by this report.")
     bench_dirs = sorted(d for d in (results_dir / "bench").glob("*") if d.is_dir())
     if bench_dirs:
         page.heading(2, "Benchmarks")
@@ -483,45 +501,82 @@ def build_readme(results_dir: Path, tables: list[TableInfo], generated: str) -> 
             page.heading(2, title)
             for doc in docs:
                 page.add(include(doc, results_dir, 3), "", f"Source: [{_rel(doc, results_dir)}]({_rel(doc, results_dir)}).", "")
-    if not_reproduced:
-        page.heading(2, "Not yet reproduced")
-        page.para("Tables not rendered at any scale yet: "
-                  + ", ".join(f"[`{t.name}`](#{{{t.name}}})" for t in not_reproduced)
-                  + ". `make reproduce-table TABLE=<name> SCALE=lite` runs one (`TABLE=all` every table), and "
-                    "`python -m reproduce.report` then brings it here.")
+    if not page.lines:
+        return None
+    head = ["# Figures, benchmarks, sweeps and sanity checks", "", "[All tables](README.md).", "",
+            GENERATED_PREFIX + generated, ""]
+    return "\n".join(head + page.lines)
 
-    head = [
-        "# Reproduced results",
-        "",
-        "This page is generated by `python -m reproduce.report` from the files under `results/` (the tables as "
-        "`reproduce.table` rendered them; `make rerender` renders them again from a run ledger). Do not edit it by "
-        "hand: caveats go in [`NOTES.md`](NOTES.md) (included below), and `python -m reproduce.report --check` tells "
-        "whether it is up to date.",
-        "",
-        GENERATED_PREFIX + generated,
-        "",
-        "## Contents",
-        "",
-    ]
-    body = page.lines
-    # anchors, as GitHub makes them: in document order, a repeated slug gets -1, -2...
-    all_lines = head + body
-    seen: dict[str, int] = defaultdict(int)
-    slug_at: dict[int, str] = {}
-    for i, _level, title in _headings(all_lines):
-        s = slug(title)
-        slug_at[i] = s if seen[s] == 0 else f"{s}-{seen[s]}"
-        seen[s] += 1
-    offset = len(head)
-    toc = []
-    for i in sorted(page.toc):
-        m = _HEADING.match(body[i])
-        level = len(m.group(1))
-        toc.append("  " * (level - 2) + f"- [{m.group(2).replace('`', '')}](#{slug_at[i + offset]})")
-    text = "\n".join(head + toc + [""] + body).rstrip() + "\n"
-    for name, i in anchors.items():
-        text = text.replace(f"(#{{{name}}})", f"(#{slug_at[i + offset]})")
-    return re.sub(r"\n{3,}", "\n\n", text)
+
+def build_pages(results_dir: Path, tables: list[TableInfo], generated: str) -> dict[str, str]:
+    """{path relative to results/: text} of every generated page: README.md (the index), smoke.md, more.md and one
+    tables/<t>/README.md per table rendered at some scale."""
+    results_dir = Path(results_dir)
+    tables = tables + orphan_tables(results_dir, tables)
+    by_paper: dict[str, list[TableInfo]] = defaultdict(list)
+    for t in tables:
+        by_paper[t.paper_key].append(t)
+    papers = sorted(by_paper, key=paper_order)
+    ordered = [t for key in papers for t in by_paper[key]]
+    marks = {t.name: claim_marks(results_dir, t) for t in ordered}
+    total_counts = {s: dict.fromkeys(VERDICT_KEYS, 0) for s in CLAIM_SCALES}
+    for t in ordered:
+        for s, n in verdict_counts(marks[t.name]).items():
+            for k, v in n.items():
+                total_counts[s][k] += v
+    total = sum(len(m) for m in marks.values())
+
+    pages: dict[str, str] = {}
+    lines = ["# Reproduced results", "",
+             "Generated by `python -m reproduce.report` from the files under `results/` (the tables as "
+             "`reproduce.table` rendered them; `make rerender` renders them again from a run ledger); "
+             "`python -m reproduce.report --check` tells whether these pages are up to date. Do not edit them by hand.",
+             "", GENERATED_PREFIX + generated, ""]
+    if total:
+        lines += [headline(total_counts, total), "",
+                  "Each claim is a paper's finding written as a check over its table's rows before the cells ran "
+                  f"(`conf/table/<table>.yaml`). {MARK_WORDS}. Scales: `lite` = the claims on a 2-core CPU (real "
+                  "corpora, small budgets), `paper` = the papers' settings, `smoke` = plumbing for CI "
+                  "([its own page](smoke.md)). Each table's page gives its verdicts first, each ✗ and ≈ with its "
+                  "diagnosis, then the table and its figures.", ""]
+    not_reproduced = []
+    for key in papers:
+        infos = by_paper[key]
+        lines += [f"## {infos[0].paper if infos else key}", "",
+                  "| Table | `lite` | `paper` | `smoke` |", "|---|---|---|---|"]
+        for t in infos:
+            rendered = [s for s in SCALES if is_rendered(results_dir, t.name, s)]
+            if not rendered:
+                not_reproduced.append(t)
+            counts = verdict_counts(marks[t.name])
+            cells = []
+            for s in ("lite", "paper", "smoke"):
+                if s not in rendered:
+                    cells.append("–")
+                elif s == "smoke":
+                    cells.append(f"[rendered](smoke.md#{slug(f'`{t.name}`')})")
+                else:
+                    cells.append(f"[{_count_text(counts[s])}](tables/{t.name}/README.md#at-{s})")
+            name = f"[{t.title}](tables/{t.name}/README.md)" if rendered else t.title
+            lines.append(f"| {name} (`{t.name}`) | " + " | ".join(cells) + " |")
+            if rendered:
+                pages[f"tables/{t.name}/README.md"] = table_page(results_dir, t, marks[t.name], generated)
+        lines.append("")
+    if not_reproduced:
+        lines += ["## Not yet reproduced", "", *(f"- **{t.title}** (`{t.name}`): {_make_it(t)}" for t in not_reproduced),
+                  ""]
+    pages["smoke.md"] = smoke_page(results_dir, ordered, generated)
+    more = more_page(results_dir, generated)
+    if more:
+        pages["more.md"] = more
+    lines += ["## More", ""]
+    if (results_dir / "NOTES.md").is_file():
+        lines.append("- [Notes](NOTES.md): caveats, what each lite budget is and why, the history of lite v1.")
+    lines.append("- [Every table at `smoke`](smoke.md) (plumbing, not numbers).")
+    if more:
+        lines.append("- [Figures, benchmarks, sweeps and sanity checks](more.md).")
+    pages["README.md"] = "\n".join(lines)
+    return {k: re.sub(r"\n{3,}", "\n\n", v).rstrip() + "\n" for k, v in pages.items()}
 
 
 def _generated_line() -> str:
@@ -534,16 +589,17 @@ def _generated_line() -> str:
 
 def comparable(text: str) -> list[str]:
     """The README without what changes between two runs: the Generated line."""
-    return [line for line in text.splitlines() if not line.startswith(GENERATED_PREFIX)]
+    return [line for line in text.splitlines() if not line.startswith(GENERATED_PREFIX.strip())]
 
 
 def write_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> Path:
+    """Write every generated page (build_pages) under ``results_dir``; returns the index, results/README.md."""
     results_dir = Path(results_dir)
-    text = build_readme(results_dir, load_tables(conf_dir), _generated_line())
-    path = results_dir / "README.md"
-    atomic_write_bytes(path, lambda f: f.write(text.encode()))
-    sync_status_line(results_dir.parent / "README.md", text)
-    return path
+    pages = build_pages(results_dir, load_tables(conf_dir), _generated_line())
+    for rel, text in pages.items():
+        atomic_write_bytes(results_dir / rel, lambda f, t=text: f.write(t.encode()))
+    sync_status_line(results_dir.parent / "README.md", pages["README.md"])
+    return results_dir / "README.md"
 
 
 STATUS_START, STATUS_END = "<!-- claims-status: written by python -m reproduce.report -->", "<!-- /claims-status -->"
@@ -574,31 +630,55 @@ def sync_status_line(project_readme: Path, results_readme: str) -> bool:
 
 
 def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
-    """The differences between results/README.md and what the files under results/ give now ([] = up to date)."""
-    path = Path(results_dir) / "README.md"
-    if not path.is_file():
-        return [f"{path} does not exist"]
-    fresh = build_readme(Path(results_dir), load_tables(conf_dir), "")
-    diff = list(difflib.unified_diff(comparable(path.read_text()), comparable(fresh), str(path), "regenerated", lineterm="", n=1))
-    project = Path(results_dir).parent / "README.md"
-    headline = claims_headline(fresh)
+    """The differences between the generated pages under results/ and what its files give now ([] = up to date)."""
+    results_dir = Path(results_dir)
+    pages = build_pages(results_dir, load_tables(conf_dir), "")
+    diff = []
+    for rel, fresh in pages.items():
+        path = results_dir / rel
+        if not path.is_file():
+            diff.append(f"{path} does not exist")
+            continue
+        diff += difflib.unified_diff(comparable(path.read_text()), comparable(fresh), str(path), "regenerated",
+                                     lineterm="", n=1)
+    for page in (results_dir / "tables").glob("*/README.md"):
+        if page.relative_to(results_dir).as_posix() not in pages:
+            diff.append(f"{page} is not a page of any rendered table any more (delete it)")
+    project = results_dir.parent / "README.md"
+    headline = claims_headline(pages["README.md"])
     if headline and project.is_file() and STATUS_START in project.read_text() and headline not in project.read_text():
         diff.append(f"{project}: the claims status line is not {headline!r}")
+    # repository paths named in results/*.md, README.md and docs/*.md that no longer exist
+    from reproduce.results.stale import check_stale_references
+
+    diff += check_stale_references(Path(results_dir), Path(conf_dir).resolve().parent)
     return diff
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reproduce.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m reproduce.report", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write results/README.md and the pages it links (a page per table, smoke.md, more.md): every\n"
+                    "reproduced table and figure, from the files under results/. It composes and trains nothing.",
+        epilog="""\
+examples:
+  python -m reproduce.report                 # write results/README.md from results/
+  python -m reproduce.report --check         # exit 1 if the pages under results/ are stale (CI)
+  make rerender                              # render every table again from the ledger, then write the README
+
+where next:
+  results/README.md (every table and claim); python -m reproduce.table --help (makes and renders the tables;
+  render_only=true renders from the ledger only); docs/claims.md, docs/cli.md (every entry point)""")
     parser.add_argument("--results", default="results", help="the results folder (default: results)")
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; writes nothing")
     args = parser.parse_args(argv)
     if args.check:
         diff = check_report(Path(args.results))
         if diff:
-            print(f"repdegen: {args.results}/README.md is stale; run `python -m reproduce.report`:", file=sys.stderr)
+            print(f"repdegen: the pages under {args.results}/ are stale; run `python -m reproduce.report`:", file=sys.stderr)
             print("\n".join(diff[:60]), file=sys.stderr)
             return 1
-        print(f"repdegen: {args.results}/README.md is up to date")
+        print(f"repdegen: the pages under {args.results}/ are up to date")
         return 0
     path = write_report(Path(args.results))
     print(f"repdegen: wrote {path}")
