@@ -105,7 +105,7 @@ def test_smoke_table_end_to_end(tiny_data, tmp_path, capsys):
         out = Path(app.paths.tables_dir) / "gao2019_t1" / "smoke"
         md = (out / "table.md").read_text()
         # the paper's numbers, ours, and the scale/commit/hardware header
-        assert "| MLE-CosReg (w.t. finetune) | 24.0 |" in md and "67.1" in md and "64.1" in md
+        assert "| MLE-CosReg (w.t. finetune) | 24.0 (+0.0) |" in md and "67.1" in md and "64.1" in md
         assert "Scale: `smoke`" in md and "Commit:" in md and "Hardware:" in md
         rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
         assert len(rows) == 7 and rows[0]["status"] == "paper-only"

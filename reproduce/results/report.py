@@ -41,10 +41,14 @@ SCALES = ("paper", "lite", "smoke")
 GENERATED_PREFIX = "Generated: "
 # figures a table renders, in the order shown, with what they are
 TABLE_FIGURES = {
-    "curves": "Validation PPL per epoch of every cell",
-    "singular_values": "Normalised singular values of each cell's output embedding (Gao Fig. 2b, Yu Fig. 3c)",
-    "geometry_over_training": "I(W) and rare/frequent geometry at every evaluation (Yu Fig. 2)",
-    "rare_group_size": "AGG's rare group size over the first updates (Yu Fig. 4)",
+    "curves": "Validation PPL per epoch of each row: mean over seeds (line), min–max (band)",
+    "singular_values": "Normalised singular values of each row's output embedding, mean over seeds with min–max band "
+                       "(Gao Fig. 2b, Yu Fig. 3c)",
+    "geometry_over_training": "I(W), I(W) rare/frequent and cos(rare, freq) at every evaluation, mean over seeds with "
+                              "min–max band (Yu Fig. 2)",
+    "rare_group_size": "AGG's rare group size over the first updates, mean over seeds with min–max band (Yu Fig. 4)",
+    "svd_projection": "Output embedding of each row (one seed) on its top-2 singular directions, side by side on the "
+                      "same axes, by frequency group (Gao Figs 1, 2a; Yu Figs 1, 3)",
 }
 NOTE_FILES = ("README.md", "NOTES.md", "notes.md")
 
@@ -180,15 +184,26 @@ def _rel(path: Path, results_dir: Path) -> str:
     return path.relative_to(results_dir).as_posix()
 
 
-def _svd_labels(out: Path) -> list[str]:
-    """The labels of svd_<k>.png: the k-th complete cell of cells.json (once per run), as render() numbers them."""
+_OLD_SVD = re.compile(r"svd_\d+")
+
+
+def _figure_captions(out: Path) -> dict:
+    """cells.json's {figure stem: caption} (written by reproduce.runs.tables.render); {} for none. A rendering made
+    before the figures were keyed by name has {"svd_<k>": row label}: returned as it is."""
     try:
-        data = load_cells_json(out / "cells.json")
-        cells = data["cells"]
+        return load_cells_json(out / "cells.json").get("figures") or {}
+    except (OSError, CorruptFile):
+        return {}
+
+
+def _svd_labels(out: Path, captions: dict) -> list[str]:
+    """The labels of an older rendering's svd_<k>.png: cells.json's {svd_<k>: label}, or the k-th complete cell."""
+    if captions and all(_OLD_SVD.fullmatch(k) for k in captions):
+        return [captions.get(f"svd_{k}", f"svd_{k}") for k in range(1, len(captions) + 1)]
+    try:
+        cells = load_cells_json(out / "cells.json")["cells"]
     except (OSError, CorruptFile):
         return []
-    if data.get("figures"):  # {svd_<k>: label}, written by reproduce.runs.tables
-        return [data["figures"].get(f"svd_{k}", f"svd_{k}") for k in range(1, len(data["figures"]) + 1)]
     seen, labels = set(), []
     for c in cells:
         if c.get("status") == STATUS_COMPLETE and c["config_hash"] not in seen:
@@ -197,25 +212,30 @@ def _svd_labels(out: Path) -> list[str]:
     return labels
 
 
-def table_figures(out: Path, results_dir: Path) -> list[str]:
+def table_figures(out: Path, page_dir: Path) -> list[str]:
+    """The figures of a rendering as Markdown images, with their captions (cells.json's, else TABLE_FIGURES)."""
     pngs = {p.stem: p for p in out.glob("*.png")}
+    captions = _figure_captions(out)
+    if not captions or any(_OLD_SVD.fullmatch(k) for k in captions):
+        captions = TABLE_FIGURES
     lines = []
-    for stem, caption in TABLE_FIGURES.items():
+    for stem, caption in captions.items():
         if stem in pngs:
-            lines += [f"![{caption}]({_rel(pngs.pop(stem), results_dir)})", ""]
-    svds = sorted((p for s, p in pngs.items() if re.fullmatch(r"svd_\d+", s)), key=lambda p: _natural(p.stem))
-    if svds:
-        labels = _svd_labels(out)
-        lines.append("Output embeddings on their top-2 singular directions, by frequency group (Gao Figs 1, 2a; Yu Figs 1, 3):")
-        lines.append("")
+            caption = caption.replace("[", "\\[").replace("]", "\\]")
+            lines += [f"![{caption}]({_rel(pngs.pop(stem), page_dir)})", ""]
+    svds = sorted((p for s, p in pngs.items() if _OLD_SVD.fullmatch(s)), key=lambda p: _natural(p.stem))
+    if svds:  # an older rendering: one svd_<k>.png per row
+        labels = _svd_labels(out, _figure_captions(out))
+        lines += ["Output embeddings on their top-2 singular directions, by frequency group (Gao Figs 1, 2a; Yu Figs 1, 3):",
+                  ""]
         for p in svds:
             k = int(p.stem.split("_")[1])
             label = labels[k - 1] if k <= len(labels) else p.stem
             pngs.pop(p.stem)
-            lines.append(f"![SVD projection: {label}]({_rel(p, results_dir)})")
+            lines.append(f"![SVD projection: {label}]({_rel(p, page_dir)})")
         lines.append("")
     for stem, p in sorted(pngs.items()):
-        lines += [f"![{stem}]({_rel(p, results_dir)})", ""]
+        lines += [f"![{stem}]({_rel(p, page_dir)})", ""]
     return lines
 
 

@@ -369,58 +369,99 @@ def add_gains(rows: list[RenderedRow], ours: dict[int, dict], paper: dict[int, d
                     values[f"{m}_gain"] = float("nan") if g is None else g
 
 
-def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, title: str) -> list[str]:
-    """The papers' embedding figures for the cells of a table, next to it:
+def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, title: str) -> dict[str, str]:
+    """The papers' embedding figures for the cells of a table, next to it; {file name: caption} of those written.
 
-    * ``singular_values.png``: normalised singular values of each cell's final output embedding (Gao
-      Fig. 2(b), Yu Fig. 3(c));
-    * ``geometry_over_training.png``: I(W), I(W) of the rare and frequent groups and the rare-frequent
-      mean cosine at every evaluation (Yu Fig. 2);
-    * ``rare_group_size.png``: AGG's rare group size over the first 1,000 updates (Yu Fig. 4);
-    * ``svd_<k>.png``: each cell's output embedding projected on its top-2 singular directions,
-      coloured by frequency group (Gao Figs 1(a), 2(a); Yu Figs 1, 3).
+    A row is keyed by (group, label) (two rows "MLE" of different groups are two rows), named "group / label" in
+    the figures when the rows shown are of more than one group, and has one colour in every figure. A row run with
+    several seeds is drawn as the mean over its seeds with a min–max band (``records``: every seed's record).
+
+    * ``singular_values.png``: normalised singular values of each row's final output embedding (Gao Fig. 2(b),
+      Yu Fig. 3(c));
+    * ``geometry_over_training.png``: I(W), I(W) of the rare and frequent groups and the rare-frequent mean cosine
+      at every evaluation (Yu Fig. 2), one panel each in a grid;
+    * the traces of an objective, e.g. ``rare_group_size.png``: AGG's rare group size over the first updates (Yu
+      Fig. 4);
+    * ``svd_projection.png``: each row's output embedding (its lowest seed whose weights are here) projected on its
+      top-2 singular directions, coloured by frequency group, one panel per row on the same axis limits (Gao
+      Figs 1(a), 2(a); Yu Figs 1, 3). The per-row ``svd_<k>.png`` of earlier renderings are removed.
     """
-    from analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projection
+    from analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projections
+    from analysis.figures import Seeds, row_colors, row_name
+    from losses import OBJECTIVES
+    from reproduce.results.metrics import label as metric_label
 
-    written = []
-    spectra = {r["_row_label"]: r["metrics"]["final"]["singular_values"] for r in records
-               if r["metrics"].get("final", {}).get("singular_values")}
+    rows: dict[tuple[str | None, str], list[dict]] = {}
+    for r in records:
+        rows.setdefault((r.get("_row_group"), r["_row_label"]), []).append(r)
+    for seeds in rows.values():
+        seeds.sort(key=lambda r: (r.get("_seed") is None, r.get("_seed") or 0))
+    with_group = len({g for g, _ in rows}) > 1
+    name = {key: row_name(key[0], key[1], with_group) for key in rows}
+    colors = {name[key]: c for key, c in row_colors(list(rows)).items()}
+    groups = [g for g, _ in rows if g]
+    if groups and not with_group:  # one group: the title says which
+        title = f"{title}, {groups[0]}"
+    seeds = sorted({r["_seed"] for r in records if r.get("_seed") is not None})
+    over = f" (line: mean over seeds {', '.join(map(str, seeds))}; band: min–max)" if len(seeds) > 1 else ""
+    written: dict[str, str] = {}
+    spectra = {name[key]: Seeds(r["metrics"]["final"]["singular_values"] for r in rs
+                                if r["metrics"].get("final", {}).get("singular_values"))
+               for key, rs in rows.items()}
+    spectra = {n: s for n, s in spectra.items() if s}
     if spectra:
-        plot_singular_values(spectra, out / "singular_values.png", f"Singular values of W — {title}")
-        written.append("singular_values.png")
+        plot_singular_values(spectra, out / "singular_values.png", f"Singular values of the output embedding W — {title}",
+                             colors=colors)
+        written["singular_values.png"] = ("Normalised singular values of each row's output embedding (Gao Fig. 2b, Yu "
+                                          f"Fig. 3c){over}")
     keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent")
             if any(k in h for r in records for h in r.get("history", []))]
     if keys:
-        histories = {r["_row_label"]: [dict(h, step=h.get("updates", i + 1)) for i, h in enumerate(r["history"])]
-                     for r in records}
-        plot_metric_over_training(histories, keys, out / "geometry_over_training.png", f"Embedding geometry — {title}",
-                                  x_key="step")
-        written.append("geometry_over_training.png")
-    from losses import OBJECTIVES
-
-    for name, (filename, what) in sorted({k: v for cls in OBJECTIVES.classes() for k, v in cls.traces.items()}.items()):
-        traces = {r["_row_label"]: r["trace"][name] for r in records if r.get("trace", {}).get(name)}
+        histories = {name[key]: Seeds([dict(h, step=h.get("updates", i + 1)) for i, h in enumerate(r.get("history", []))]
+                                      for r in rs) for key, rs in rows.items()}
+        plot_metric_over_training(histories, keys, out / "geometry_over_training.png",
+                                  f"Embedding geometry during training — {title}", x_key="step", colors=colors,
+                                  labels={k: metric_label(k) for k in keys}, x_label="training updates")
+        written["geometry_over_training.png"] = ("Embedding geometry of each row at every evaluation: "
+                                                 f"{', '.join(metric_label(k) for k in keys)} (Yu Fig. 2){over}")
+    for trace, (filename, what) in sorted({k: v for cls in OBJECTIVES.classes() for k, v in cls.traces.items()}.items()):
+        traces = {name[key]: Seeds([{"step": s, trace: v} for s, v in r["trace"][trace]] for r in rs
+                                   if r.get("trace", {}).get(trace))
+                  for key, rs in rows.items()}
+        traces = {n: t for n, t in traces.items() if t}
         if traces:
-            from analysis.embedding_figures import plot_metric_over_training
-
-            hist = {label: [{"step": s, name: v} for s, v in t] for label, t in traces.items()}
-            plot_metric_over_training(hist, name, out / filename, f"{what} over the first updates — {title}", x_key="step")
-            written.append(filename)
-    for k, r in enumerate(records, 1):
-        run = runs_dir / r["config_hash"]
-        weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")
-        if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
-            continue  # the run's files are not on this machine: the table still renders
-        try:
-            state = load_checkpoint(weights, "weights file", "the table renders without its figure")["model"]
-            counts = load_tensor_file(run / "vocab_counts.pt", "vocabulary counts file", "the table renders without its figure")
-        except CorruptFile as err:
-            print(f"repdegen: warning: {err}", file=sys.stderr, flush=True)
-            continue
-        tied = r["config"]["model"].get("tie_weights", True)
-        key = "embedding.weight" if tied or "output_weight" not in state else "output_weight"
-        plot_svd_projection(state[key], counts, out / f"svd_{k}.png", f"{r['_row_label']} — {title}", max_points=20000)
-        written.append(f"svd_{k}.png")
+            plot_metric_over_training(traces, trace, out / filename, f"{what} over the first updates — {title}",
+                                      x_key="step", colors=colors, labels={trace: what}, x_label="training updates")
+            written[filename] = f"{what} over the first updates of each row that records it (Yu Fig. 4){over}"
+    panels, shown = {}, []
+    for key, rs in rows.items():
+        for r in rs:  # the lowest seed whose files are on this machine
+            run = runs_dir / r["config_hash"]
+            weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")
+            if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
+                continue  # the run's files are not on this machine: the table still renders
+            try:
+                state = load_checkpoint(weights, "weights file", "the table renders without its figure")["model"]
+                counts = load_tensor_file(run / "vocab_counts.pt", "vocabulary counts file",
+                                          "the table renders without its figure")
+            except CorruptFile as err:
+                print(f"repdegen: warning: {err}", file=sys.stderr, flush=True)
+                continue
+            tied = r["config"]["model"].get("tie_weights", True)
+            w = "embedding.weight" if tied or "output_weight" not in state else "output_weight"
+            seed = f" — seed {r['_seed']}" if r.get("_seed") is not None else ""
+            panels[f"{name[key]}{seed}"] = (state[w], counts)
+            shown.append(name[key] + (f" (seed {r['_seed']})" if r.get("_seed") is not None else ""))
+            break
+    if panels:
+        plot_svd_projections(panels, out / "svd_projection.png",
+                             f"Output embedding on its top-2 singular directions, one seed per row — {title}",
+                             max_points=20000)
+        for old in out.glob("svd_*.png"):  # the per-row files of earlier renderings (svd_1.png, ...): replaced
+            if old.stem[4:].isdigit():
+                old.unlink()
+        written["svd_projection.png"] = ("Output embeddings on their top-2 singular directions, by frequency group, on "
+                                         f"the same axes (Gao Figs 1, 2a; Yu Figs 1, 3): {'; '.join(shown)}")
     return written
 
 
@@ -550,14 +591,15 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     atomic_write_bytes(out / "claims.csv", lambda f: f.write(claims_csv(verdicts, scale).encode()))
     atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta, relative=relative,
                                                                       claims=claims_latex(verdicts, scale)).encode()))
-    multi = len(seeds) > 1
-    plot_validation_curves([(r["_row_label"] + (f" (seed {r['_seed']})" if multi else ""), r["_row_group"], r["history"])
-                            for r in records], out / "curves.png", f"{t.title} — scale {scale}",
-                           show_train=scale == "paper")
-    first = [r for r in records if r.get("_first_seed", True)]
-    figures = render_embedding_figures(first, Path(app.paths.runs_dir), out,
-                                       f"{t.name} ({scale}" + (f", seed {first[0]['_seed']}" if multi and first else "") + ")")
-    svd_labels = {f"svd_{k}": r["_row_label"] for k, r in enumerate(first, 1) if f"svd_{k}.png" in figures}
+    # a row is (group, label); its seeds are one line (their mean) and a min-max band
+    curves = plot_validation_curves([(r["_row_label"], r["_row_group"], r["history"]) for r in records],
+                                    out / "curves.png", f"{t.title} — scale {scale}", show_train=scale == "paper")
+    figures = render_embedding_figures(records, Path(app.paths.runs_dir), out, f"{paper_short(t.source)}, scale {scale}")
+    ran = sorted({r["_seed"] for r in records if r.get("_seed") is not None})
+    # {figure's file stem: caption}, in the order to show them (reproduce/results/report.py embeds them)
+    figure_captions = ({"curves": "Validation perplexity per epoch of each row" + (
+        f" (line: mean over seeds {', '.join(map(str, ran))}; band: min–max)" if len(ran) > 1 else "")} if curves else {})
+    figure_captions |= {Path(f).stem: caption for f, caption in figures.items()}
     cells_out = []
     for r in rows:
         for seed, h in zip(r.extra.get("seeds", {}), (r.config_hash or "").split("+")):
@@ -570,7 +612,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     # the training command already there and says in `rendered_by` how this rendering was made
     this_command = command_line(_ORIGINAL_ARGV or None)
     cells_record = {"table": t.name, "scale": scale, "command": this_command,
-                    "meta": meta, "cells": cells_out, "figures": svd_labels}
+                    "meta": meta, "cells": cells_out, "figures": figure_captions}
     if app.render_only:
         default = f"python -m reproduce.table table={t.name} scale={scale}"
         cells_record["command"] = training_command(out / "cells.json") or default

@@ -1,0 +1,117 @@
+"""The compute table: for every committed rendering (table x scale), its cells, the wall time they took as run and the
+hardware, and an estimate for ``TABLE=all`` per scale (cells shared by several tables counted once).
+
+    python scripts/compute_table.py                  # Markdown on stdout
+    python scripts/compute_table.py --out docs/compute.md
+
+Reads ``results/tables/<table>/<scale>/cells.json`` (committed: the cells, the rendering's summed wall time and
+hardware) and, where the run ledger holds them, each cell's ``outputs/runs/<hash>/result.json`` (its own wall time:
+what lets a cell shared by two tables count once). Nothing is trained or timed here: every number is a recorded
+wall time of a real run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALES = ("smoke", "lite", "paper")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """"2h38m" / "1m31s" / "0m44s" -> seconds (the renderings' wall-time format)."""
+    if not text:
+        return None
+    m = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text.strip())
+    if not m or not any(m.groups()):
+        return None
+    h, mi, s = (int(g or 0) for g in m.groups())
+    return 3600 * h + 60 * mi + s
+
+
+def fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
+
+
+def collect(results: Path, runs: Path) -> list[dict]:
+    rows = []
+    for cells_json in sorted(results.glob("tables/*/*/cells.json")):
+        data = json.loads(cells_json.read_text())
+        meta = data.get("meta") or {}
+        scale = cells_json.parent.name
+        if scale not in SCALES:
+            continue
+        cells = {c["config_hash"]: c for c in data.get("cells", []) if c.get("config_hash")}
+        complete = [h for h, c in cells.items() if c.get("status") == "complete"]
+        per_cell = {}
+        for h in complete:
+            record = runs / h / "result.json"
+            if record.is_file():
+                per_cell[h] = float(json.loads(record.read_text()).get("wall_time_s") or 0.0)
+        rows.append({"table": cells_json.parent.parent.name, "scale": scale, "cells": len(cells),
+                     "complete": len(complete), "seeds": meta.get("seeds") or [], "hardware": meta.get("hardware", "–"),
+                     "wall_s": parse_duration(meta.get("wall_time")), "per_cell": per_cell})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| table | scale | cells complete / listed | seeds | wall time of the cells, as run (sum) "
+             "| at `launch.parallel=2` (sum / 2) | hardware |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (SCALES.index(r["scale"]), r["table"])):
+        half = None if r["wall_s"] is None else r["wall_s"] / 2
+        lines.append(f"| `{r['table']}` | `{r['scale']}` | {r['complete']} / {r['cells']} | "
+                     f"{', '.join(map(str, r['seeds'])) or 'preset'} | {fmt(r['wall_s'])} | {fmt(half)} | {r['hardware']} |")
+    lines += ["", "`TABLE=all` per scale, from these recordings (a cell shared by several tables counted once where the "
+              "ledger holds its own wall time; otherwise each rendering's sum):", "",
+              "| scale | tables rendered | distinct cells | wall time, one lane (sum) | at `launch.parallel=2` |",
+              "|---|---|---|---|---|"]
+    for scale in SCALES:
+        at = [r for r in rows if r["scale"] == scale]
+        if not at:
+            continue
+        seen: dict[str, float] = {}
+        total = 0.0
+        for r in at:
+            if r["per_cell"] and len(r["per_cell"]) == r["complete"]:
+                for h, s in r["per_cell"].items():
+                    seen.setdefault(h, s)
+            else:
+                total += r["wall_s"] or 0.0
+        total += sum(seen.values())
+        distinct = len(seen) + sum(r["complete"] for r in at if not (r["per_cell"] and len(r["per_cell"]) == r["complete"]))
+        lines.append(f"| `{scale}` | {len(at)} | {distinct} | {fmt(total)} | {fmt(total / 2)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default=str(ROOT / "results"))
+    parser.add_argument("--runs", default=str(ROOT / "outputs" / "runs"))
+    parser.add_argument("--out", default=None, help="write into this Markdown file, between its compute-table markers")
+    args = parser.parse_args(argv)
+    table = markdown(collect(Path(args.results), Path(args.runs)))
+    if args.out is None:
+        sys.stdout.write(table)
+        return 0
+    out = Path(args.out)
+    start, end = "<!-- compute-table: scripts/compute_table.py -->", "<!-- /compute-table -->"
+    text = out.read_text()
+    if start not in text or end not in text:
+        print(f"repdegen: error: {out} has no {start} ... {end} markers; add them where the table goes", file=sys.stderr)
+        return 2
+    head, rest = text.split(start, 1)
+    out.write_text(f"{head}{start}\n{table}{end}{rest.split(end, 1)[1]}")
+    print(f"repdegen: wrote the compute table into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
