@@ -390,6 +390,11 @@ MARK_WORDS = ("✓ holds, ✗ does not, ≈ a tie (inside its margin, or the see
               "(no verdict), – not decided (a cell it needs is not complete), n/a not decidable at that scale")
 
 
+def _md_text(text: str) -> str:
+    """A claim's text in Markdown: a literal ``<unk>`` would be read as an HTML tag and vanish."""
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
 def diagnosis_anchors(notes: Path) -> dict[tuple[str, str], str]:
     """{(scale, claim text): anchor} of a table's diagnoses file: a heading "`<scale>` <mark> <claim text>" per
     diagnosed claim (e.g. "### `lite` ✗ Freezing does not raise total test PPL")."""
@@ -402,8 +407,8 @@ def diagnosis_anchors(notes: Path) -> dict[tuple[str, str], str]:
         anchor = s if seen[s] == 0 else f"{s}-{seen[s]}"
         seen[s] += 1
         m = re.match(r"`(\w+)`\s+\S+\s+(.*)$", title)
-        if m:
-            out[(m.group(1), m.group(2).strip())] = anchor
+        if m:  # the claim's text; `<unk>` in backticks in a heading (a bare <unk> is an HTML tag there) matches <unk>
+            out[(m.group(1), m.group(2).replace("`", "").strip())] = anchor
     return out
 
 
@@ -434,10 +439,11 @@ def table_page(results_dir: Path, t: TableInfo, marks: list, generated: str) -> 
                 elif shown_scales and s in shown_scales:
                     mark = f"[{mark}](#at-{s})"
                 cells.append(mark)
-            lines.append(f"| {text} | " + " | ".join(cells) + " |")
+            lines.append(f"| {_md_text(text)} | " + " | ".join(cells) + " |")
         lines.append("")
         if undiagnosed:
-            lines += ["Not yet diagnosed: " + "; ".join(f"`{s}` {m} {text}" for s, m, text in undiagnosed) + ".", ""]
+            lines += ["Not yet diagnosed: " + "; ".join(f"`{s}` {m} {_md_text(text)}" for s, m, text in undiagnosed) + ".",
+                      ""]
     if notes.is_file():
         lines += ["## Diagnoses", "", include(notes, base, 3), ""]
     for scale in ("paper", "lite"):
