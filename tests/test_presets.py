@@ -64,9 +64,9 @@ def test_a_budget_sets_objective_values_at_its_scale_and_the_command_line_wins()
 
 
 def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_line_wins():
-    # dotted keys in a preset's section (inan2016/h200), and a budget the section names (inan2017/small)
-    section = _yaml("experiment", "inan2016", "h200.yaml")["scales"]["lite"]
-    lite, lite_mine, paper = _cells("inan2016/h200", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"],
+    # dotted keys in a preset's section (zaremba2014/small), and a budget the section names (inan2017/small)
+    section = _yaml("experiment", "zaremba2014", "small.yaml")["scales"]["lite"]
+    lite, lite_mine, paper = _cells("zaremba2014/small", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"],
                                     ["scale=paper"])
     assert lite.trainer.max_epochs == section["trainer.max_epochs"] != paper.trainer.max_epochs
     assert lite.dataset.train_tokens == section["dataset.train_tokens"] and paper.dataset.train_tokens is None
