@@ -85,14 +85,28 @@ def summarize(run_dir: Path) -> dict:
             "epoch_seconds": [h.get("epoch_seconds") for h in hist], "init": init_geometry(run_dir), **rare_counts(run_dir)}
 
 
+def lasting_overfit_epoch(valid: list[float], rise: float = 0.01) -> int | None:
+    """docs/lite_v2.md section 5 as amended (an overfit must last): the smallest E such that the best validation PPL of
+    the first E epochs is at an epoch <= E - 2 and every epoch after it, up to E, is >= ``rise`` above it; None: none."""
+    for e in range(3, len(valid) + 1):
+        head = valid[:e]
+        b = min(range(e), key=head.__getitem__)
+        if b + 1 <= e - 2 and all(x >= head[b] * (1 + rise) for x in head[b + 1:]):
+            return e
+    return None
+
+
 def regime(s: dict, checks: list[str]) -> dict:
     """Section 2's regime checks on one pilot run: {check: (holds, what was measured)}."""
     v = s["valid_ppl"]
     out = {}
     if "overfits" in checks:
         rise = v[-1] / s["best_valid_ppl"] - 1
-        out["overfits"] = (s["best_epoch"] <= len(v) - 1 and rise >= 0.01,
-                           f"best valid PPL at epoch {s['best_epoch']} of {len(v)}; the last is {100 * rise:+.2f} % over it")
+        e = lasting_overfit_epoch(v)
+        out["overfits"] = (e is not None,
+                           f"best valid PPL at epoch {s['best_epoch']} of {len(v)}; the last is {100 * rise:+.2f} % over it; "
+                           + (f"a lasting overfit (section 5 as amended) first at E = {e}" if e else
+                              "no lasting overfit (best at <= E - 2, every later epoch >= 1 % above it) within these epochs"))
     if "degenerates" in checks:
         c0, i0 = s["init"].get("mean_cos"), s["init"].get("isotropy")
         c1, i1 = s["mean_cos"][-1], s["isotropy"][-1]
