@@ -215,9 +215,8 @@ def _svd_labels(out: Path, captions: dict) -> list[str]:
 def table_figures(out: Path, page_dir: Path) -> list[str]:
     """The figures of a rendering as Markdown images, with their captions (cells.json's, else TABLE_FIGURES)."""
     pngs = {p.stem: p for p in out.glob("*.png")}
-    captions = _figure_captions(out)
-    if not captions or any(_OLD_SVD.fullmatch(k) for k in captions):
-        captions = TABLE_FIGURES
+    recorded = _figure_captions(out)
+    captions = TABLE_FIGURES if not recorded or any(_OLD_SVD.fullmatch(k) for k in recorded) else recorded
     lines = []
     for stem, caption in captions.items():
         if stem in pngs:
@@ -225,7 +224,7 @@ def table_figures(out: Path, page_dir: Path) -> list[str]:
             lines += [f"![{caption}]({_rel(pngs.pop(stem), page_dir)})", ""]
     svds = sorted((p for s, p in pngs.items() if _OLD_SVD.fullmatch(s)), key=lambda p: _natural(p.stem))
     if svds:  # an older rendering: one svd_<k>.png per row
-        labels = _svd_labels(out, _figure_captions(out))
+        labels = _svd_labels(out, recorded)
         lines += ["Output embeddings on their top-2 singular directions, by frequency group (Gao Figs 1, 2a; Yu Figs 1, 3):",
                   ""]
         for p in svds:
