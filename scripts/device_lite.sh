@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 25 item 2: the lite tables on the lent GPU, several cells side by side on the one GPU
+# (launch.gpus=[0,0,...]: each slot is the same device), time-boxed; the finished cells' ledger records
+# (result.json, cell.yaml, train.log, analysis/, no checkpoints) come back in $OUT/ledger.tgz to be
+# compared cell by cell with the CPU ledger (scripts/compare_device_cells.py).
+# Run on the device machine from the repository root, carrying .whl (../shared/tools/device-wheels.sh) and
+# .data (a copy of ../shared/data: ptb, wikitext-2, word-sim).
+# Usage: bash scripts/device_lite.sh SECONDS SLOTS TABLES
+set -uo pipefail
+secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out} REPDEGEN_DATA_DIR=$PWD/.data OMP_NUM_THREADS=2 HF_DATASETS_OFFLINE=1
+mkdir -p "$OUT"
+{ nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; git rev-parse HEAD; } \
+  | tee "$OUT/device.txt"
+gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
+start=$(date +%s)
+timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" scale=lite "launch.gpus=$gpus" \
+  progress=false > "$OUT/table.log" 2>&1
+echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
+tail -40 "$OUT/table.log"
+cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' --exclude='bpe.model' */ 2>/dev/null
+ls -la "$OUT"
