@@ -73,6 +73,17 @@ def rare_counts(run_dir: Path) -> dict:
             "rare_frac_ge5": float((rare >= 5).float().mean()), "rare_frac_unseen": float((rare == 0).float().mean())}
 
 
+def hardware(run_dir: Path) -> str:
+    """Where the run trained, from its record (the GPU's name, or the CPU's cores), and its precision."""
+    from core.loaders import load_run_record
+
+    result = load_run_record(run_dir / "result.json")
+    hw, precision = result.get("hardware", {}), result.get("config", {}).get("trainer", {}).get("precision", "?")
+    if hw.get("device") == "cuda":
+        return f"one {hw.get('gpu', 'GPU')} ({precision})"
+    return f"{hw.get('cpu_count', '?')}-core {hw.get('cpu', 'CPU')} CPU ({precision})"
+
+
 def summarize(run_dir: Path) -> dict:
     from core.loaders import load_run_record
 
@@ -167,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"name": args.name, "overrides": args.overrides, "seed": args.seed, "param": key, "base_lr": base_lr,
            "tie_to": tie, "runs": runs, "chosen": chosen["lr"], "checks": checks,
            "cell_minutes": sum(epoch_s) / 60 if epoch_s else None, "wall_minutes": (time.time() - start) / 60,
-           "rules": "docs/lite_v2.md section 2", "commit": commit}
+           "rules": "docs/lite_v2.md section 2", "commit": commit, "hardware": hardware(Path(dirs[0]))}
     dest = ROOT / "results" / "pilots"
     dest.mkdir(parents=True, exist_ok=True)
     written = dest / f"{args.name}.json"
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     written.write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"# Lite-v2 pilot `{args.name}` (docs/lite_v2.md section 2)", "",
              f"`python scripts/lite_pilot.py --name {args.name} {' '.join(args.overrides)}` — seed {args.seed}, "
-             f"commit {commit}, 2-core CPU, {args.parallel} one-thread cells at a time, {out['wall_minutes']:.0f} min.", "",
+             f"commit {commit}, {hardware(Path(dirs[0]))}, {args.parallel} cells at a time, {out['wall_minutes']:.0f} min.", "",
              f"| {key} | valid PPL per epoch | best (epoch) | mean cos init → last | I(W) init → last | min/epoch |",
              "|---|---|---|---|---|---|"]
     for r in runs:

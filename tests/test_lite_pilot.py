@@ -22,3 +22,18 @@ def test_the_first_epoch_with_a_lasting_overfit():
     # best at epoch 2, epochs 3 and 4 +1.25 % over it: E = 4, the smallest E with the best at <= E - 2
     assert lasting_overfit_epoch([10.0, 8.0, 8.1, 8.1]) == 4
     assert lasting_overfit_epoch([5.0, 4.0]) is None  # too short to say
+
+
+def test_the_report_names_the_device_the_runs_trained_on(tmp_path):
+    import json
+
+    from lite_pilot import hardware
+
+    gpu = {"hardware": {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "cpu_count": 16},
+           "config": {"trainer": {"precision": "fp32"}}}
+    cpu = {"hardware": {"device": "cpu", "cpu": "AMD EPYC", "cpu_count": 2}, "config": {"trainer": {"precision": "auto"}}}
+    for name, rec in (("gpu", gpu), ("cpu", cpu)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps({"status": "complete", "config_hash": "0" * 16, **rec}))
+    assert hardware(tmp_path / "gpu") == "one NVIDIA H100 80GB HBM3 (fp32)"
+    assert hardware(tmp_path / "cpu") == "2-core AMD EPYC CPU (auto)"
