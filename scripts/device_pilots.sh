@@ -4,9 +4,9 @@
 # {0.5, 1, 2, 4}, 12 epochs) and the Zaremba small regime check (docs/lite_v2.md section 5), side by side.
 # results/pilots/<name>.{json,md}, the logs and the ledger records (no checkpoints) come back in $OUT.
 # Run on the device machine from the repository root, carrying .whl and .data (see scripts/device_lite.sh).
-# Usage: bash scripts/device_pilots.sh SECONDS
+# Usage: bash scripts/device_pilots.sh SECONDS [gao_zaremba|mt]   (mt: the MT lite pilot, docs/lite_v2.md section 5)
 set -uo pipefail
-secs=${1:-300}
+secs=${1:-300}; which=${2:-gao_zaremba}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out} REPDEGEN_DATA_DIR=$PWD/.data HF_DATASETS_OFFLINE=1
@@ -14,6 +14,11 @@ mkdir -p "$OUT" outputs/logs
 { nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; git rev-parse HEAD; } \
   | tee "$OUT/device.txt"
 start=$(date +%s)
+if [ "$which" = mt ]; then
+timeout -s INT -k 20 "$secs" python3 scripts/lite_pilot.py --name mt_base --parallel 4 --checks degenerates levelled \
+  -- experiment=gao2019/transformer_base_en_de objective=mle trainer.precision=fp32 \
+  > outputs/logs/pilot_mt_base.log 2>&1 &
+else
 timeout -s INT -k 20 "$secs" python3 scripts/lite_pilot.py --name gao2019_t1 --parallel 4 \
   --checks overfits levelled degenerates -- experiment=gao2019/awd_lstm_wt2 objective=mle \
   dataset.train_tokens=100000 trainer.max_epochs=12 trainer.finetune_epochs=0 trainer.precision=fp32 \
@@ -21,9 +26,10 @@ timeout -s INT -k 20 "$secs" python3 scripts/lite_pilot.py --name gao2019_t1 --p
 timeout -s INT -k 20 "$secs" python3 scripts/lite_pilot.py --name zaremba_small --factors 1 --parallel 1 \
   --checks overfits levelled -- experiment=zaremba2014/small objective=mle trainer.precision=fp32 \
   > outputs/logs/pilot_zaremba_small.log 2>&1 &
+fi
 wait
 echo "pilots done after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
-tail -15 outputs/logs/pilot_gao2019_t1.log outputs/logs/pilot_zaremba_small.log
-tar czf "$OUT/pilots.tgz" results/pilots/gao2019_t1.* results/pilots/zaremba_small.* outputs/logs/pilot_*.log
-(cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' --exclude='bpe.model' */)
+for f in outputs/logs/pilot_*.log; do echo "== $f"; tail -n 15 "$f"; done
+tar czf "$OUT/pilots.tgz" results/pilots outputs/logs/pilot_*.log outputs/logs/pilot-*
+(cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='checkpoint.pt' --exclude='best.pt' */)
 ls -la "$OUT"
