@@ -26,10 +26,13 @@ is not rare) or g2 (rare target), the target's own entry ungated; the UL part is
 the variant ``ul_agg_gated``). ``candidates = (cand, valid)`` come from
 :func:`losses.ul.unlikelihood_candidates`.
 
-Memory: the forward keeps one (N, V) tensor for backward (the float32/float64 log-probabilities, or the
-bf16 logits and the row log-normalisers under autocast); the backward builds the logit gradient in
-place, plus one more (N, V) buffer only for UL+AGG with an ungated UL part (its W gradient needs p
-again). No host synchronisation.
+Passes over the (N, V) logits: the forward keeps the logits as the matmul gave them (bf16 under autocast) and
+the row log-normalisers, computed in float32/64 row chunk by row chunk (no full-precision copy, no
+``log_softmax`` tensor); the backward makes one (N, V) buffer, p = exp(z - lse), turns it into the logit
+gradient in place (the scalar dL/dloss / N multiplies the (N, d) and (V, d) results instead), and casts it
+once for the two matmuls. AGG gates W's gradient without an (N, V) gate: g1 * (the plain sum over all rows)
++ (g2 - g1) * (the sum over the rare-target rows alone), which finds those rows with one host sync; UL+AGG
+with an ungated UL part keeps one more (N, V) buffer (its UL part) and the (N, V) gate.
 ``tests/test_fused.py`` checks values and gradients against autograd of the unfused formulas.
 """
 
@@ -41,71 +44,104 @@ from torch import nn
 UL_CLAMP = 1e-5  # Welleck et al.'s clamp of 1 - p
 
 
+def _log_normalisers(logits: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """Per-row log-sum-exp in ``acc`` (float32/64) without keeping a full-precision copy of the logits."""
+    if logits.dtype == acc:
+        return torch.logsumexp(logits, dim=-1)
+    rows = max(1, (1 << 26) // max(logits.shape[1], 1))  # ~256 MB of float32 a chunk
+    return torch.cat([torch.logsumexp(part.to(acc), dim=-1) for part in logits.split(rows)])
+
+
 class _FusedSoftmaxLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, W, b, targets, eps, g1, g2, rare_rows, cand, valid, alpha, gate_ul):
         logits = nn.functional.linear(h, W, b)  # bf16 under autocast
         acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        lp = torch.log_softmax(logits.to(acc), dim=-1)
-        nll = nn.functional.nll_loss(lp, targets)  # bitwise what cross_entropy gives
-        term = nll if not eps else (1.0 - eps) * nll - eps * lp.mean(-1).mean()
+        lse = _log_normalisers(logits, acc)
+        col = targets.unsqueeze(1)
+        nll = (lse - logits.gather(1, col).squeeze(1).to(acc)).mean()
+        # mean_k(-lp_ik) = lse_i - mean_k z_ik
+        term = nll if not eps else (1.0 - eps) * nll + eps * (lse - logits.mean(-1, dtype=acc)).mean()
         n = max(targets.numel(), 1)
-        ul = lp.new_zeros(())
+        ul = lse.new_zeros(())
         if cand is not None and cand.numel():
-            one_minus = 1.0 - lp.gather(1, cand).exp()
+            one_minus = 1.0 - (logits.gather(1, cand).to(acc) - lse.unsqueeze(1)).exp()
             ul = torch.where(valid, -torch.log(one_minus.clamp(min=UL_CLAMP)), 0.0).sum() / n
         gated = g1 is not None
         loss = (2.0 if gated else 1.0) * term + (alpha * ul if cand is not None else 0.0)
-        if logits.dtype == acc:
-            saved, lse = lp, None
-        else:  # keep the half-precision logits and the normalisers, not a float32 copy
-            saved, lse = logits, torch.logsumexp(logits.to(acc), dim=-1)
-        del lp
-        ctx.save_for_backward(h, W, b, saved, lse, targets, g1, g2, rare_rows, cand, valid)
+        ctx.save_for_backward(h, W, b, logits, lse, targets, g1, g2, rare_rows, cand, valid)
         ctx.eps, ctx.alpha, ctx.gate_ul, ctx.acc = eps, alpha, gate_ul, acc
         ctx.mark_non_differentiable(nll, ul)
         return loss, nll, ul
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll, grad_ul):
-        h, W, b, saved, lse, targets, g1, g2, rare_rows, cand, valid = ctx.saved_tensors
+        h, W, b, logits, lse, targets, g1, g2, rare_rows, cand, valid = ctx.saved_tensors
         eps, alpha, acc = ctx.eps, ctx.alpha, ctx.acc
-        n, v = saved.shape
-        cdt = saved.dtype if lse is not None else h.dtype
-        lp = saved if lse is None else saved.to(acc) - lse.unsqueeze(1)
-        gz = lp.exp()  # p, a new buffer (lp is kept for the ungated UL part below)
+        n, v = logits.shape
+        cdt = logits.dtype  # the matmuls' dtype: bf16 under autocast, else the inputs'
+        gz = torch.sub(logits, lse.unsqueeze(1)).exp_()  # p, in acc (bf16 - float32 promotes): one new buffer
         col = targets.unsqueeze(1)
         has_ul = cand is not None and cand.numel() > 0 and alpha != 0.0
         if has_ul:
-            p_c = lp.gather(1, cand).exp()
+            p_c = gz.gather(1, cand)
             one_minus = 1.0 - p_c
             w = torch.where(valid & (one_minus >= UL_CLAMP), p_c / one_minus.clamp(min=UL_CLAMP), 0.0) * alpha
             s = w.sum(1, keepdim=True)
+        ul_part = None
+        if has_ul and g1 is not None and not ctx.gate_ul:
+            # the UL part stays ungated for W and b (UL+AGG): keep it apart, alpha (scatter(w) - p S)
+            ul_part = gz * -s
+            ul_part.scatter_add_(1, cand, w)
+        if has_ul:
             gz.mul_(1.0 - s).scatter_add_(1, cand, w)  # p - alpha p S + alpha scatter(w)
         if eps:
             gz.sub_(eps / v)
-        gz.scatter_(1, col, gz.gather(1, col) - (1.0 - eps))  # one entry per row: no atomics
-        gz.mul_(grad_loss.to(acc) / max(n, 1))
+        own = gz.gather(1, col) - (1.0 - eps)
+        gz.scatter_(1, col, own)  # one entry per row: no atomics
+        # the scalar dL/dloss / N multiplies the (N, d) and (V, d) results, not the (N, V) buffer
+        scale = grad_loss.to(acc) / max(n, 1)
+        gz_c = gz if gz.dtype == cdt else gz.to(cdt)
         grad_h = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_h = (gz.to(cdt) @ W.to(cdt)).to(h.dtype)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            if g1 is not None:
-                own = gz.gather(1, col)
-                gate = torch.where(rare_rows.unsqueeze(1), g2.to(acc), g1.to(acc))
-                if has_ul and not ctx.gate_ul:
-                    # gate the NLL part only: gz_W = gate * gz + (1 - gate) * ul_part
-                    ul_part = lp.exp()
-                    ul_part.mul_(-s).scatter_add_(1, cand, w).mul_(grad_loss.to(acc) / max(n, 1))
-                    gz.mul_(gate).add_(ul_part.mul_(1.0 - gate))
-                    del ul_part
-                else:
-                    gz.mul_(gate)
-                gz.scatter_(1, col, own)  # the target's own logit: gate 1
-            if ctx.needs_input_grad[1]:
-                grad_w = (gz.to(cdt).t() @ h.to(cdt)).to(W.dtype)
-            if b is not None and ctx.needs_input_grad[2]:
-                grad_b = gz.sum(0).to(b.dtype)
+            grad_h = ((gz_c @ W.to(cdt)).to(acc) * scale).to(h.dtype)
+        want_w, want_b = ctx.needs_input_grad[1], b is not None and ctx.needs_input_grad[2]
+        if g1 is None:
+            if want_w:
+                grad_w = ((gz_c.t() @ h.to(cdt)).to(acc) * scale).to(W.dtype)
+            if want_b:
+                grad_b = (gz.sum(0) * scale).to(b.dtype)
+        elif ul_part is not None:
+            # UL+AGG: gz_W = gate * gz + (1 - gate) * ul_part (the gate as one (N, V) tensor; the target's own
+            # logit ungated)
+            gate = torch.where(rare_rows.unsqueeze(1), g2.to(acc), g1.to(acc))
+            gz.sub_(ul_part).mul_(gate).add_(ul_part)
+            del ul_part, gate
+            gz.scatter_(1, col, own)
+            if want_w:
+                grad_w = ((gz.to(cdt).t() @ h.to(cdt)).to(acc) * scale).to(W.dtype)
+            if want_b:
+                grad_b = (gz.sum(0) * scale).to(b.dtype)
+        else:
+            # AGG: column k of row i is scaled by g1[k] (target not rare) or g2[k] (rare target), the target's own
+            # entry by 1: g1 * (the plain sum over all rows) + (g2 - g1) * (the sum over the rare-target rows alone,
+            # a few; finding them is one host sync), then put back what the gates took from the own entries
+            rare_idx = rare_rows.nonzero().squeeze(1)
+            g1a, g2a = g1.to(acc), g2.to(acc)
+            fix = own.squeeze(1) * (1.0 - torch.where(rare_rows, g2a[targets], g1a[targets]))  # (N,)
+            if want_w:
+                hc = h.to(cdt)
+                gw = (gz_c.t() @ hc).to(acc).mul_(g1a.unsqueeze(1))
+                if rare_idx.numel():
+                    gw.add_((gz_c[rare_idx].t() @ hc[rare_idx]).to(acc).mul_((g2a - g1a).unsqueeze(1)))
+                gw.index_add_(0, targets, fix.unsqueeze(1) * h.to(acc))
+                grad_w = (gw * scale).to(W.dtype)
+            if want_b:
+                gb = gz.sum(0).mul_(g1a)
+                if rare_idx.numel():
+                    gb.add_(gz[rare_idx].sum(0).mul_(g2a - g1a))
+                gb.index_add_(0, targets, fix)
+                grad_b = (gb * scale).to(b.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None, None, None, None, None, None
 
 
