@@ -20,4 +20,5 @@ for r in 1 2; do
     (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout 60 python3 scripts/bench.py "${mt[@]}" --out "$OUT/mt-$side-$r.json") 2>&1 | grep -v USDT
   done
 done
+(cd "$OUT" && tar czf bench.tgz *.json && rm -f *.json)  # $OUT brings back at most 8 files
 echo done
