@@ -5,11 +5,7 @@
 # Before the call, here:  git worktree add .base dea276c~1  (or copy that commit's tree into .base/, git-ignored),
 # then carry ".whl" and ".base". ~6 min of device time.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site || exit 1
-export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi -L | tee "$OUT/device.txt"
+. scripts/device_env.sh
 timeout 60 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -4 | tee "$OUT/gpu_tests.txt"
 lm=(--models gpt2_medium --objectives mle agg ul ul_agg --precision bf16 --steps 6 --warmup 3 --batch-size 16 --update-freq 2 --compile)
 mt=(--models transformer_base --objectives mle agg ul ul_agg --precision bf16 --steps 8 --warmup 3 --update-freq 3)

@@ -8,12 +8,8 @@
 # Usage: bash scripts/device_lite.sh SECONDS SLOTS TABLES
 set -uo pipefail
 secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out} REPDEGEN_DATA_DIR=$PWD/.data OMP_NUM_THREADS=2 HF_DATASETS_OFFLINE=1
-mkdir -p "$OUT"
-{ nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; git rev-parse HEAD; } \
-  | tee "$OUT/device.txt"
+. scripts/device_env.sh
+export OMP_NUM_THREADS=2
 gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
 start=$(date +%s)
 timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" scale=lite "launch.gpus=$gpus" \

@@ -7,12 +7,8 @@
 # Usage: bash scripts/device_pilots.sh SECONDS [gao_zaremba|mt]   (mt: the MT lite pilot, docs/lite_v2.md section 5)
 set -uo pipefail
 secs=${1:-300}; which=${2:-gao_zaremba}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out} REPDEGEN_DATA_DIR=$PWD/.data HF_DATASETS_OFFLINE=1
-mkdir -p "$OUT" outputs/logs
-{ nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; git rev-parse HEAD; } \
-  | tee "$OUT/device.txt"
+. scripts/device_env.sh
+mkdir -p outputs/logs
 start=$(date +%s)
 if [ "$which" = mt ]; then
 timeout -s INT -k 20 "$secs" python3 scripts/lite_pilot.py --name mt_base --parallel 4 --checks degenerates levelled \

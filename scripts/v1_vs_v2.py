@@ -22,8 +22,10 @@ from pathlib import Path
 
 import yaml
 
+from reproduce.results.claims import MARK
+
 ROOT = Path(__file__).resolve().parents[1]
-SYMBOL = {"holds": "✓", "fails": "✗", "tie": "≈", "undecided": "–", "n/a": "n/a", "changed": "⚠", "not run": "not run"}
+SYMBOL = {**MARK, "n/a": "n/a", "changed": "⚠", "not run": "not run"}
 ORDER = ["✓", "✗", "≈", "–", "n/a", "⚠", "not run"]
 OFF_SCALE = ("not run at this scale", "meaningful at", "n/a at")
 

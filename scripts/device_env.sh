@@ -1,0 +1,10 @@
+# Sourced by the scripts/device_*.sh run on a lent GPU (repository root, `.whl` carried): installs the wheels the
+# device image lacks (../shared/tools/device-wheels.sh fetched them), exports the run's environment, creates $OUT
+# and writes the device, torch and commit to $OUT/device.txt. Exits the caller when the wheels do not install.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out} HF_DATASETS_OFFLINE=1
+[ -d .data ] && export REPDEGEN_DATA_DIR=$PWD/.data
+mkdir -p "$OUT"
+{ nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; git rev-parse HEAD; } \
+  | tee "$OUT/device.txt"
