@@ -70,7 +70,7 @@ def test_compiled_model_gives_the_eager_losses(compose_cfg, objective):
         t.task.begin_epoch(t.model)
         out = []
         for b in t.task.train_batches(1, "train"):
-            _, nll_sum, n = t.train_update([b], 0.5)
+            _, nll_sum, n, _ = t.train_update([b], 0.5)
             t.state.updates += 1
             out.append(float(nll_sum) / n)
         losses[compile_] = out

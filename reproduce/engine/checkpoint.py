@@ -38,6 +38,10 @@ class RunState:
     optimizer_name: str = "sgd"
     asgd_epoch: int | None = None
     epochs_since_best: int = 0
+    # trainer.early_stopping_on=train: the lowest epoch-mean training objective that counted as an improvement, and
+    # the epochs since it
+    best_train_loss: float = math.inf
+    epochs_since_train_best: int = 0
     stopped_early: bool = False
     history: list[dict] = field(default_factory=list)
     train_seconds: float = 0.0

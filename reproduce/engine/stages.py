@@ -55,6 +55,24 @@ def keep_for_averaging(tr, epoch: int) -> None:
                 old.unlink(missing_ok=True)
 
 
+def train_objective_stops(tr, loss: float, epoch: int) -> bool:
+    """``trainer.early_stopping_on=train``: count the epochs since the mean training objective last fell by at least
+    ``early_stopping_min_delta`` (relative) below the best that counted; True once more than ``early_stopping`` have
+    passed. False (and nothing counted) under ``early_stopping_on=valid``."""
+    s, t = tr.state, tr.t
+    if t.get("early_stopping_on", "valid") != "train":
+        return False
+    if loss < s.best_train_loss * (1 - t.get("early_stopping_min_delta", 0.0)):  # NaN: no improvement
+        s.best_train_loss, s.epochs_since_train_best = loss, 0
+    else:
+        s.epochs_since_train_best += 1
+    if t.early_stopping is None or s.epochs_since_train_best <= t.early_stopping:
+        return False
+    tr.print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_train_best} epochs without a training objective "
+             f"{100 * t.get('early_stopping_min_delta', 0.0):g} % below its best ({s.best_train_loss:.5g})")
+    return True
+
+
 def train_stage(tr) -> None:
     s, t, o = tr.state, tr.t, tr.o
     while s.stage == "train" and s.epoch < t.max_epochs:
@@ -73,7 +91,10 @@ def train_stage(tr) -> None:
             s.val_history.append(val)
         s.epoch = epoch
         keep_for_averaging(tr, epoch)
-        if t.early_stopping is not None and s.epochs_since_best > t.early_stopping:
+        if train_objective_stops(tr, record["train_loss"], epoch):
+            s.stopped_early = True
+        elif t.get("early_stopping_on", "valid") == "valid" and t.early_stopping is not None \
+                and s.epochs_since_best > t.early_stopping:
             tr.print(f"[train epoch {epoch:3d}] early stop: {s.epochs_since_best} epochs without improvement")
             s.stopped_early = True
         if not tr.updates_left():
@@ -103,6 +124,7 @@ def start_next_session(tr) -> None:
     tr.save_weights("best.pt")
     s.session += 1
     s.stage, s.epoch, s.best_epoch, s.epochs_since_best, s.stopped_early = "train", 0, 0, 0, False
+    s.best_train_loss, s.epochs_since_train_best = math.inf, 0
     s.val_history = []
     s.best_val = tr.evaluate("valid")["nll"]
     s.optimizer_name = tr.first_optimizer_name()

@@ -129,20 +129,23 @@ class Trainer:
     def updates_left(self) -> bool:
         return self.t.max_updates is None or self.state.updates < self.t.max_updates
 
-    def train_update(self, group: list, step_lr: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def train_update(self, group: list, step_lr: float) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
         """One optimizer update over the micro-batches ``group`` at learning rate ``step_lr``: zero the
         gradients, backward every micro-batch's loss weighted by its share of the update's target
         tokens (so the gradient is that of the mean over all of them; under DDP each rank holds a
         shard of every micro-batch and the share counts all ranks' tokens), synchronise the ranks, add
         the objective's once-per-update penalty, clip, step, trace, and ``objective.after_update``.
-        Returns (all losses finite, as a device bool; the summed NLL, on the device; target tokens);
-        the caller counts the update (``state.updates``). ``scripts/bench.py`` times this function."""
+        Returns (all losses finite, as a device bool; the summed NLL, on the device; target tokens; the objective's
+        loss summed over the target tokens, on the device: each micro-batch's loss times its tokens, without the
+        once-per-update penalty); the caller counts the update (``state.updates``). ``scripts/bench.py`` times this
+        function."""
         model, objective, task, opt = self.model, self.objective, self.task, self.optimizer
         for param_group in opt.param_groups:
             param_group["lr"] = step_lr
         opt.zero_grad(set_to_none=True)
         finite = torch.ones((), dtype=torch.bool, device=self.device)
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         n_tok = 0
         total = sum(task.n_targets(b) for b in group)
         world = dist.world_size()
@@ -163,6 +166,7 @@ class Trainer:
             if b_tok:
                 finite &= torch.isfinite(loss.detach())
                 nll_sum += b_nll_sum
+                loss_sum += loss.detach().double() * b_tok
                 n_tok += b_tok
         objective.update_penalty(model, self.state.updates)  # after the all-reduce: every rank adds the same term once
         if self.o.clip_grad_norm:
@@ -174,7 +178,7 @@ class Trainer:
                 if name in logs:  # a host sync, for the first updates only
                     self.state.trace.setdefault(name, []).append([self.state.updates, float(logs[name])])
         objective.after_update(model, self.state.updates)
-        return finite, nll_sum, n_tok
+        return finite, nll_sum, n_tok, loss_sum
 
     def train_epoch(self, epoch: int) -> dict:
         t, model, objective, task = self.t, self.model, self.objective, self.task
@@ -189,6 +193,7 @@ class Trainer:
         task.begin_epoch(model)
         # accumulated on the device; read (one host sync) only every `check_every` updates
         nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # the objective's (train_loss)
         finite = torch.ones((), dtype=torch.bool, device=self.device)
         n_tok, first, done, seconds_before, check_every = 0, 0, 0, 0.0, 10
         lr = self.current_lr(epoch)
@@ -196,6 +201,8 @@ class Trainer:
             first, done, lr, seconds_before = resume["groups_done"], resume["epoch_updates"], resume["lr"], resume["seconds"]
             if dist.is_main():  # the epoch's sums so far (over all ranks) continue on rank 0
                 nll_sum.fill_(resume["nll_sum"])
+                # a mid-epoch checkpoint written before train_loss existed: that epoch's train_loss is NaN
+                loss_sum.fill_(resume.get("loss_sum", math.nan))
                 n_tok = resume["n_tok"]
             task.restore_carried_state(resume["carried_state"])
         if self.state.updates == 0:
@@ -210,9 +217,10 @@ class Trainer:
             group = groups[step]
             lr = self.current_lr(epoch)
             step_lr = lr * task.lr_scale(group[0])
-            b_finite, b_nll_sum, b_tok = self.train_update(group, step_lr)
+            b_finite, b_nll_sum, b_tok, b_loss_sum = self.train_update(group, step_lr)
             finite &= b_finite
             nll_sum += b_nll_sum
+            loss_sum += b_loss_sum
             n_tok += b_tok
             self.state.updates += 1
             done += 1
@@ -228,11 +236,11 @@ class Trainer:
             if why is not None:
                 bar.close()
                 self._check_finite(finite, desc, step, len(groups), step_lr)  # never checkpoint a diverged run
-                nll_total, tok_total = dist.sum_over_ranks(nll_sum.item(), n_tok)
+                nll_total, tok_total, loss_total = dist.sum_over_ranks(nll_sum.item(), n_tok, loss_sum.item())
                 self.save_checkpoint(mid_epoch={
                     "stage": self.state.stage, "epoch": epoch, "groups_done": step + 1, "epoch_updates": done,
-                    "nll_sum": nll_total, "n_tok": int(tok_total), "lr": lr, "rng_task_epoch": rng_task_epoch,
-                    "seconds": seconds_before + time.time() - start})
+                    "nll_sum": nll_total, "n_tok": int(tok_total), "loss_sum": loss_total, "lr": lr,
+                    "rng_task_epoch": rng_task_epoch, "seconds": seconds_before + time.time() - start})
                 raise Preempted(f"stopped by {why} after update {step + 1}/{len(groups)} of {desc} ({self.state.updates} "
                                 f"updates in all); continue with trainer.resume=true from {self.checkpoint_path()}")
         bar.close()
@@ -241,9 +249,10 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         seconds = seconds_before + time.time() - start
-        nll_total, tok_total = dist.sum_over_ranks(nll_sum.item(), n_tok)
+        nll_total, tok_total, loss_total = dist.sum_over_ranks(nll_sum.item(), n_tok, loss_sum.item())
         mean = nll_total / max(tok_total, 1)
-        return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "lr": lr, "updates": self.state.updates,
+        return {"train_nll": mean, "train_ppl": math.exp(min(mean, 700)), "train_loss": loss_total / max(tok_total, 1),
+                "lr": lr, "updates": self.state.updates,
                 "epoch_updates": done, "tokens_per_s": tok_total / max(seconds, 1e-9), "epoch_seconds": seconds}
 
     def trace_geometry(self) -> None:

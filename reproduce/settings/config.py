@@ -196,6 +196,12 @@ class TrainerConfig:
     eval_bptt: int = 35
     test_batch_size: int = 1
     early_stopping: int | None = None
+    # what early stopping watches: ``valid`` (the validation NLL; stop after more than ``early_stopping`` epochs
+    # without a lower one) or ``train`` (the epoch's mean training objective, ``train_loss`` in the history: stop after
+    # more than ``early_stopping`` epochs without one at least ``early_stopping_min_delta`` (relative) below the
+    # best that counted; for runs whose aim is the training loss's minimum, e.g. Inan et al. 2017's Fig. 1)
+    early_stopping_on: str = "valid"
+    early_stopping_min_delta: float = 0.0
     finetune_epochs: int = 0
     # further training sessions after the first, each restarting the schedule (lr, decay, early stopping, a fresh
     # optimizer) from the previous session's best weights: Inan et al. (2017) footnote 5 (reproduce/engine/stages.py)
@@ -388,6 +394,7 @@ VALID_CHOICES = {
     "optim.schedule": ("epoch", "inverse_sqrt"),
     "trainer.precision": ("fp32", "bf16", "auto"),
     "trainer.final_weights": ("best", "last"),
+    "trainer.early_stopping_on": ("valid", "train"),
     "trainer.generation.length_penalty_form": ("fairseq", "gnmt"),
     "dataset.kind": data_kinds.names(),
     "dataset.tokenizer": ("word", "bpe"),
@@ -477,6 +484,11 @@ def _check_data_model(cfg: DictConfig) -> None:
         print("repdegen: note: trainer.precision=bf16 on the CPU is slow; it is meant for GPUs")
     if cfg.optim.schedule == "inverse_sqrt" and cfg.optim.name != "adam":
         raise ConfigError(f"optim.schedule=inverse_sqrt is used with Adam (optim.name=adam); got optim.name={cfg.optim.name}")
+    min_delta = t.get("early_stopping_min_delta", 0.0)
+    if min_delta and t.get("early_stopping_on", "valid") != "train":
+        raise ConfigError(f"trainer.early_stopping_min_delta={min_delta} applies to trainer.early_stopping_on=train only "
+                          f"(validation stops on any lower validation NLL); set trainer.early_stopping_on=train or "
+                          f"trainer.early_stopping_min_delta=0")
 
 
 def finalize(cfg: DictConfig) -> DictConfig:
@@ -542,6 +554,7 @@ def _drop(container: dict, dotted: str) -> None:
 # keys added after cells had run: left out of the hash at their default, so that the configs which do not use them
 # keep the hashes (and the ledger entries) they had before the key existed
 HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split",
+                           "trainer.early_stopping_on": "valid", "trainer.early_stopping_min_delta": 0.0,
                            "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None}
 
 

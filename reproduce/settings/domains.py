@@ -77,6 +77,7 @@ DOMAINS: dict[str, str] = {
                                          "stop_after_updates", "log_interval")},
     **{f"trainer.{k}": "int>=0" for k in ("average_last", "finetune_epochs", "retrain_sessions", "gpus")},
     "trainer.label_smoothing": "[0,1)",
+    "trainer.early_stopping_min_delta": "[0,1)",
     "trainer.analysis.geometry_every": "int>0",
     "trainer.analysis.geometry_until": "int>0",
     "trainer.cache.bptt": "int>0",
@@ -100,6 +101,8 @@ DOMAINS: dict[str, str] = {
 HINTS = {
     "trainer.retrain_sessions": "0: one training session; 1: Inan et al. 2017's footnote-5 re-training from the first "
                                 "session's best weights",
+    "trainer.early_stopping_min_delta": "the relative drop of the training objective that counts as an improvement "
+                                        "under trainer.early_stopping_on=train (0.001: 0.1 %)",
     "trainer.label_smoothing": "the share of the target's probability spread over the vocabulary; 0: none",
 }
 
