@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 23 item 6 on a lent GPU: the Inan 2017 Fig. 1 positive control (results/sanity/inan2017_fig1_control.md),
+# beta = 0 and beta = 1 at tau = 10, seed 101, side by side, in fp32, at `paper` (conf/experiment/inan2017/fig1.yaml:
+# Adam to the minimum of J_tot, <= 500 epochs). Time-boxed: at SECONDS the runs get SIGTERM (a checkpoint, status
+# "preempted"); then the subspace distance of whatever weights each run has (its final metric if it finished, else
+# its last epoch's checkpoint, said so) goes to $OUT/fig1.json with each run's per-epoch history; records in ledger.tgz.
+# Usage (carry .whl, .data):  bash scripts/device_fig1.sh SECONDS
+set -uo pipefail
+secs=${1:-150}
+. scripts/device_env.sh
+for beta in 0.0 1.0; do
+  timeout -s TERM -k 20 "$secs" python3 -m reproduce.train experiment=inan2017/fig1 objective=al objective.beta=$beta \
+    objective.temperature=10.0 scale=paper seed=101 trainer.precision=fp32 trainer.progress=false \
+    > "$OUT/beta$beta.log" 2>&1 &
+done
+wait
+python3 - <<'PY'
+import json, os, pathlib, torch
+from analysis.inspection import subspace_distance
+out = {}
+for run in sorted(pathlib.Path("outputs/runs").iterdir()):
+    rec = json.loads((run / "result.json").read_text())
+    beta = rec["config"]["objective"]["beta"]
+    final = (rec.get("metrics") or {}).get("final") or {}
+    if "subspace_distance" in final:
+        d, source = final["subspace_distance"], "final metrics (last weights)"
+    else:
+        sd = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+        d = subspace_distance(sd["embedding.weight"].double(), sd["output_weight"].double())
+        source = "the last epoch's checkpoint (run not finished)"
+    out[str(beta)] = {"config_hash": rec["config_hash"], "status": rec["status"], "epochs": len(rec["history"]),
+                      "subspace_distance": d, "source": source,
+                      "history": [{k: h.get(k) for k in ("epoch", "train_loss", "train_ppl", "valid_ppl", "epoch_seconds")}
+                                  for h in rec["history"]]}
+    print(beta, rec["status"], len(rec["history"]), "epochs, distance", d, source)
+(pathlib.Path(os.environ["OUT"]) / "fig1.json").write_text(json.dumps(out, indent=1))
+PY
+cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' */ 2>/dev/null
