@@ -4,14 +4,18 @@
 # Adam to the minimum of J_tot, <= 500 epochs). Time-boxed: at SECONDS the runs get SIGTERM (a checkpoint, status
 # "preempted"); then the subspace distance of whatever weights each run has (its final metric if it finished, else
 # its last epoch's checkpoint, said so) goes to $OUT/fig1.json with each run's per-epoch history; records in ledger.tgz.
-# Usage (carry .whl, .data):  bash scripts/device_fig1.sh SECONDS
+# Usage (carry .whl, .data):  bash scripts/device_fig1.sh SECONDS [RUN ...]
+# each RUN is a comma-separated list of overrides of the preset run (default: "objective.beta=0.0" "objective.beta=1.0"),
+# e.g.  bash scripts/device_fig1.sh 400 objective.beta=1.0 objective.beta=1.0,objective.target_grad=none objective.beta=0.0
 set -uo pipefail
-secs=${1:-150}
+secs=${1:-150}; shift || true
+runs=("$@"); [ ${#runs[@]} -eq 0 ] && runs=(objective.beta=0.0 objective.beta=1.0)
 . scripts/device_env.sh
-for beta in 0.0 1.0; do
-  timeout -s TERM -k 20 "$secs" python3 -m reproduce.train experiment=inan2017/fig1 objective=al objective.beta=$beta \
-    objective.temperature=10.0 scale=paper seed=101 trainer.precision=fp32 trainer.progress=false \
-    > "$OUT/beta$beta.log" 2>&1 &
+for run in "${runs[@]}"; do
+  IFS=, read -ra extra <<< "$run"
+  timeout -s TERM -k 20 "$secs" python3 -m reproduce.train experiment=inan2017/fig1 objective=al \
+    objective.temperature=10.0 scale=paper seed=101 trainer.precision=fp32 trainer.progress=false "${extra[@]}" \
+    > "$OUT/${run//[^a-zA-Z0-9.=_]/_}.log" 2>&1 &
 done
 wait
 python3 - <<'PY'
@@ -20,7 +24,8 @@ from analysis.inspection import subspace_distance
 out = {}
 for run in sorted(pathlib.Path("outputs/runs").iterdir()):
     rec = json.loads((run / "result.json").read_text())
-    beta = rec["config"]["objective"]["beta"]
+    o = rec["config"]["objective"]
+    beta = f'{o["beta"]}/{o.get("target_grad")}' 
     final = (rec.get("metrics") or {}).get("final") or {}
     if "subspace_distance" in final:
         d, source = final["subspace_distance"], "final metrics (last weights)"
