@@ -29,4 +29,4 @@ echo "grid: $jobs_run runs started, $(( $(date +%s) - start )) s" | tee -a "$OUT
 tail -n 3 /tmp/grid-*.log > "$OUT/grid.log"
 for obj in al real; do python3 scripts/choose_al_weight.py --objective $obj >> "$OUT/grid.log" 2>&1; done
 tail -n 40 "$OUT/grid.log"
-cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' */ 2>/dev/null
+pack_ledger

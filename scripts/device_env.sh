@@ -8,3 +8,6 @@ export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out} HF_DATASETS_OFFLINE=1
 mkdir -p "$OUT"
 { nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; git rev-parse HEAD; } \
   | tee "$OUT/device.txt"
+# the run records of outputs/runs (result.json, cell.yaml, train.log, analysis; no weights, no BPE model) as
+# $OUT/ledger.tgz: $OUT brings back at most 8 files and 64 MB a call
+pack_ledger() { (cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' --exclude='bpe.model' */ 2>/dev/null); }

@@ -40,4 +40,4 @@ for run in sorted(pathlib.Path("outputs/runs").iterdir()):
     print(beta, rec["status"], len(rec["history"]), "epochs, distance", d, source)
 (pathlib.Path(os.environ["OUT"]) / "fig1.json").write_text(json.dumps(out, indent=1))
 PY
-cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' */ 2>/dev/null
+pack_ledger

@@ -16,5 +16,5 @@ timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" scale=li
   progress=false > "$OUT/table.log" 2>&1
 echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
 tail -40 "$OUT/table.log"
-cd outputs/runs && tar czf "$OUT/ledger.tgz" --exclude='*.pt' --exclude='bpe.model' */ 2>/dev/null
+pack_ledger
 ls -la "$OUT"
