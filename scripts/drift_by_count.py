@@ -1,0 +1,130 @@
+"""How a row's drift from initialisation lines up with the never-seen rows' common drift, by how often the row's
+type occurs in what the cell trained on (a diagnosis for Gao et al. 2019 Sec. 4.2's claim "rare rows move like
+never-seen rows"; issue 23, gao2019_t1 at lite).
+
+For each finished cell given (a run directory of the ledger holding ``init_embedding.pt``, ``vocab_counts.pt`` and the
+weights its final metrics read, ``best.pt`` by default): the unit drifts d_i = (w_i - w0_i) / |w_i - w0_i|, the
+never-seen rows' mean unit drift s_U, and per count bucket the mean of d_i . s_U, which is the mean cosine between
+the bucket's drifts and the never-seen rows' drifts (the definition of ``drift_cos_rare_unseen`` in
+analysis/geometry.py, with the bucket in place of the rare group). The rare group's value is recomputed the same way
+and printed beside the one the cell recorded, as a check of this script.
+
+The balance count it prints is T / V (training tokens an epoch over the vocabulary size): at initialisation every
+type has probability ~1/V everywhere, so an epoch pushes each row by ~(T / V) mean(h) through the softmax and pulls it
+by k mean(h at its occurrences) as a target; types with k well below T / V are pushed like never-seen ones.
+
+    python scripts/drift_by_count.py outputs/runs/<hash> [outputs/runs/<hash> ...] [--weights best.pt] [--out F.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from analysis.geometry import training_groups  # noqa: E402
+
+BUCKETS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 9), (10, 19), (20, 49), (50, 99), (100, 999), (1000, None)]
+
+
+def _load(path: Path, what: str):
+    if not path.is_file():
+        sys.exit(f"drift_by_count: no {what} at {path}: give the run directory of a finished cell of the ledger "
+                 f"(outputs/runs/<hash>), whose final metrics have run")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _embedding(state: dict, rows: int, key: str | None) -> torch.Tensor:
+    model = state.get("model", state)
+    if key is not None:
+        if key not in model:
+            sys.exit(f"drift_by_count: no parameter {key!r} in the weights; 2-D ones: "
+                     f"{[k for k, v in model.items() if getattr(v, 'dim', lambda: 0)() == 2]}")
+        return model[key]
+    cands = [k for k, v in model.items() if getattr(v, "dim", lambda: 0)() == 2 and v.shape[0] == rows]
+    if len(cands) != 1:
+        sys.exit(f"drift_by_count: {len(cands)} parameters with {rows} rows ({cands}); name one with --key")
+    return model[cands[0]]
+
+
+def analyse(run_dir: Path, weights: str, key: str | None, specials: list[int]) -> dict:
+    counts = _load(run_dir / "vocab_counts.pt", "training counts (vocab_counts.pt)").long()
+    init = _load(run_dir / "init_embedding.pt", "initial embedding (init_embedding.pt)").double()
+    w = _embedding(_load(run_dir / weights, f"weights ({weights})"), counts.numel(), key).double()
+    drift = w - init
+    norm = drift.norm(dim=1)
+    unit = torch.where(norm[:, None] > 0, drift / norm.clamp_min(1e-300)[:, None], torch.zeros_like(drift))
+    keep = torch.ones(counts.numel(), dtype=torch.bool)
+    keep[specials] = False
+    groups = training_groups(counts, specials)
+    n_u = groups["unseen"].numel()
+    if n_u < 2:
+        sys.exit(f"drift_by_count: {run_dir} has {n_u} never-seen types in vocab_counts.pt, so there is no never-seen "
+                 f"drift to compare with (a cell whose counts are of the full corpus predates lite v2: use a v2 cell)")
+    s_u = unit[groups["unseen"]].mean(0)
+    # the unseen group's own mean pairwise cosine, over i != j: (n^2 |s|^2 - n) / (n (n - 1))
+    within_u = float((n_u * n_u * (s_u @ s_u) - n_u) / (n_u * (n_u - 1)))
+    cos_to_u = unit @ s_u
+    rows = []
+    for lo, hi in BUCKETS:
+        sel = keep & (counts >= lo) & (counts <= (hi if hi is not None else counts.max()))
+        n = int(sel.sum())
+        if lo == 0:
+            value = within_u
+        else:
+            value = float(cos_to_u[sel].mean()) if n else math.nan
+        rows.append({"count": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi is not None else f">={lo}"),
+                     "types": n, "mean_cos_to_unseen_drift": value,
+                     "mean_drift_norm": float(norm[sel].mean()) if n else math.nan})
+    rare = groups["rare"]
+    result_file = run_dir / "result.json"
+    recorded = math.nan
+    if result_file.is_file():
+        res = json.loads(result_file.read_text())
+        recorded = res.get("metrics", {}).get("final", {}).get("drift_cos_rare_unseen", math.nan)
+    tokens = int(counts.sum())
+    return {"run": run_dir.name, "weights": weights, "train_tokens": tokens, "vocab": counts.numel(),
+            "balance_count_T_over_V": tokens / counts.numel(),
+            "rare_group_counts": [int(counts[rare].min()), int(counts[rare].max())] if rare.numel() else None,
+            "rare_group_size": int(rare.numel()), "unseen_types": n_u,
+            "drift_cos_rare_unseen_recomputed": float(cos_to_u[rare].mean()) if rare.numel() else math.nan,
+            "drift_cos_rare_unseen_recorded": recorded, "buckets": rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run directories of finished cells (outputs/runs/<hash>)")
+    ap.add_argument("--weights", default="best.pt", help="the weights file in each run directory (default best.pt)")
+    ap.add_argument("--key", default=None, help="the embedding's parameter name (default: the one 2-D parameter "
+                                                 "with a row per type)")
+    ap.add_argument("--specials", default="", help="comma-separated ids outside every group (a BPE's 0,1,2,3; "
+                                                  "none for a word-level vocabulary)")
+    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    a = ap.parse_args(argv)
+    specials = [int(x) for x in a.specials.split(",") if x.strip()]
+    results = [analyse(r, a.weights, a.key, specials) for r in a.runs]
+    for r in results:
+        print(f"## {r['run']} ({r['weights']}): T = {r['train_tokens']:,} tokens, V = {r['vocab']:,}, "
+              f"T/V = {r['balance_count_T_over_V']:.2f}; rare group = counts {r['rare_group_counts']} "
+              f"({r['rare_group_size']} types); drift_cos_rare_unseen {r['drift_cos_rare_unseen_recomputed']:+.4f} "
+              f"(recorded {r['drift_cos_rare_unseen_recorded']:+.4f})")
+        print("| count in training | types | mean cos to the never-seen drifts | mean drift norm |")
+        print("|---|---|---|---|")
+        for b in r["buckets"]:
+            print(f"| {b['count']} | {b['types']:,} | {b['mean_cos_to_unseen_drift']:+.4f} | "
+                  f"{b['mean_drift_norm']:.4f} |")
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""scripts/drift_by_count.py against a hand-worked embedding and a brute-force pairwise mean."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import drift_by_count  # noqa: E402
+
+
+def _cell(tmp_path, recorded=None):
+    # ids 0-2 never seen; 3, 4 seen once; 5 seen 5 times (d = 2, init at 0 so the drift is the weight)
+    counts = torch.tensor([0, 0, 0, 1, 1, 5])
+    w = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0], [3.0, 0.0], [0.0, -2.0], [-1.0, -1.0]])
+    torch.save(counts, tmp_path / "vocab_counts.pt")
+    torch.save(torch.zeros_like(w), tmp_path / "init_embedding.pt")
+    torch.save({"model": {"embedding.weight": w, "rnn.weight": torch.zeros(3, 3)}}, tmp_path / "best.pt")
+    if recorded is not None:
+        (tmp_path / "result.json").write_text(json.dumps({"metrics": {"final": {"drift_cos_rare_unseen": recorded}}}))
+    return w
+
+
+def _brute_between(w, a, b):
+    u = torch.nn.functional.normalize(w.double(), dim=1)
+    return sum(float(u[i] @ u[j]) for i in a for j in b) / (len(a) * len(b))
+
+
+def _brute_within(w, a):
+    u = torch.nn.functional.normalize(w.double(), dim=1)
+    pairs = [(i, j) for i in a for j in a if i != j]
+    return sum(float(u[i] @ u[j]) for i, j in pairs) / len(pairs)
+
+
+def test_buckets_match_hand_worked_and_brute_force(tmp_path):
+    w = _cell(tmp_path, recorded=-0.25)
+    r = drift_by_count.analyse(tmp_path, "best.pt", None, [])
+    by = {b["count"]: b for b in r["buckets"]}
+    # hand-worked: unseen unit drifts (1,0), (1,0), (0,1): pairwise mean 1/3; the count-1 rows (1,0), (0,-1) against
+    # the unseen mean (2/3, 1/3): 2/3 and -1/3, mean 1/6; the count-5 row (-1,-1)/sqrt 2: -1/sqrt 2
+    assert by["0"]["mean_cos_to_unseen_drift"] == pytest.approx(1 / 3)
+    assert by["1"]["mean_cos_to_unseen_drift"] == pytest.approx(1 / 6)
+    assert by["4-5"]["mean_cos_to_unseen_drift"] == pytest.approx(-1 / math.sqrt(2))
+    assert by["0"]["mean_cos_to_unseen_drift"] == pytest.approx(_brute_within(w, [0, 1, 2]))
+    assert by["1"]["mean_cos_to_unseen_drift"] == pytest.approx(_brute_between(w, [3, 4], [0, 1, 2]))
+    assert by["2"]["types"] == 0 and math.isnan(by["2"]["mean_cos_to_unseen_drift"])
+    # the rare group (the last 20 % of the seen types by count, ties by id): id 4 alone
+    assert r["rare_group_size"] == 1 and r["rare_group_counts"] == [1, 1]
+    assert r["drift_cos_rare_unseen_recomputed"] == pytest.approx(_brute_between(w, [4], [0, 1, 2]))
+    assert r["drift_cos_rare_unseen_recorded"] == -0.25
+    assert r["balance_count_T_over_V"] == pytest.approx(7 / 6)
+
+
+def test_no_unseen_types_is_a_clear_error(tmp_path, capsys):
+    _cell(tmp_path)
+    torch.save(torch.ones(6, dtype=torch.long), tmp_path / "vocab_counts.pt")
+    with pytest.raises(SystemExit) as e:
+        drift_by_count.analyse(tmp_path, "best.pt", None, [])
+    assert "0 never-seen types" in str(e.value) and "lite v2" in str(e.value)
+
+
+def test_missing_weights_name_the_file(tmp_path):
+    _cell(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        drift_by_count.analyse(tmp_path, "last.pt", None, [])
+    assert "last.pt" in str(e.value) and "outputs/runs/<hash>" in str(e.value)
+
+
+def test_cli_writes_json(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    _cell(run)
+    out = tmp_path / "o" / "d.json"
+    assert drift_by_count.main([str(run), "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data[0]["run"] == "run" and data[0]["unseen_types"] == 3
