@@ -2,16 +2,18 @@
 type occurs in what the cell trained on (a diagnosis for Gao et al. 2019 Sec. 4.2's claim "rare rows move like
 never-seen rows"; issue 23, gao2019_t1 at lite).
 
-For each finished cell given (a run directory of the ledger holding ``init_embedding.pt``, ``vocab_counts.pt`` and the
-weights its final metrics read, ``best.pt`` by default): the unit drifts d_i = (w_i - w0_i) / |w_i - w0_i|, the
-never-seen rows' mean unit drift s_U, and per count bucket the mean of d_i . s_U, which is the mean cosine between
-the bucket's drifts and the never-seen rows' drifts (the definition of ``drift_cos_rare_unseen`` in
-analysis/geometry.py, with the bucket in place of the rare group). The rare group's value is recomputed the same way
-and printed beside the one the cell recorded, as a check of this script.
+For each cell given (a run directory of the ledger holding ``result.json``, ``init_embedding.pt`` and the weights
+its final metrics read, ``best.pt`` by default; the training counts are recounted from the corpus slice the run
+trained on, loaded as the run loaded it, so set ``REPDEGEN_DATA_DIR`` as the run had it): the unit drifts
+d_i = (w_i - w0_i) / |w_i - w0_i|, the never-seen rows' mean unit drift s_U, and per count bucket the mean of
+d_i . s_U, which is the mean cosine between the bucket's drifts and the never-seen rows' drifts (the definition of
+``drift_cos_rare_unseen`` in analysis/geometry.py, with the bucket in place of the rare group). The rare group's
+value is recomputed the same way and printed beside the one the cell recorded, as a check of this script.
 
-The balance count it prints is T / V (training tokens an epoch over the vocabulary size): at initialisation every
-type has probability ~1/V everywhere, so an epoch pushes each row by ~(T / V) mean(h) through the softmax and pulls it
-by k mean(h at its occurrences) as a target; types with k well below T / V are pushed like never-seen ones.
+It also prints T / V (training tokens an epoch over the vocabulary size), the count at which, at initialisation
+(probability ~1/V everywhere), an epoch's push on a row through the softmax, ~(T / V) mean(h), equals its pull as a
+target, k mean(h at its occurrences): a point of comparison, not where the cosine must cross 0 (the never-seen
+types' probabilities fall as training goes on, and a tied row also moves when its type is an input).
 
     python scripts/drift_by_count.py outputs/runs/<hash> [outputs/runs/<hash> ...] [--weights best.pt] [--out F.json]
 """
@@ -54,8 +56,29 @@ def _embedding(state: dict, rows: int, key: str | None) -> torch.Tensor:
     return model[cands[0]]
 
 
-def analyse(run_dir: Path, weights: str, key: str | None, specials: list[int]) -> dict:
-    counts = _load(run_dir / "vocab_counts.pt", "training counts (vocab_counts.pt)").long()
+def training_counts(run_dir: Path) -> tuple[torch.Tensor, list[int]]:
+    """Occurrences of each type in what the run trained on (as ``Task.train_counts``), and the ids outside every
+    group (a BPE's four specials), from the run's recorded config and its corpus."""
+    from omegaconf import OmegaConf
+
+    from reproduce.runs.execute import load_any_corpus
+    from reproduce.runs.trained import read_record
+
+    cfg = OmegaConf.create(read_record(run_dir)["config"])
+    corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir, verbose=False)
+    v = len(corpus.vocab)
+    if cfg.dataset.kind == "lm":
+        ids = corpus.train.reshape(-1)
+        specials = list(range(4)) if corpus.tokenizer is not None else []
+    else:  # translation pairs: both sides
+        tr = corpus.train
+        ids = torch.cat([*tr.src, *tr.tgt]) if len(tr) else torch.zeros(0, dtype=torch.long)
+        specials = list(range(4))
+    return torch.bincount(ids.cpu(), minlength=v), specials
+
+
+def analyse(run_dir: Path, weights: str, key: str | None, counts: torch.Tensor, specials: list[int]) -> dict:
+    counts = counts.long()
     init = _load(run_dir / "init_embedding.pt", "initial embedding (init_embedding.pt)").double()
     w = _embedding(_load(run_dir / weights, f"weights ({weights})"), counts.numel(), key).double()
     drift = w - init
@@ -66,8 +89,8 @@ def analyse(run_dir: Path, weights: str, key: str | None, specials: list[int]) -
     groups = training_groups(counts, specials)
     n_u = groups["unseen"].numel()
     if n_u < 2:
-        sys.exit(f"drift_by_count: {run_dir} has {n_u} never-seen types in vocab_counts.pt, so there is no never-seen "
-                 f"drift to compare with (a cell whose counts are of the full corpus predates lite v2: use a v2 cell)")
+        sys.exit(f"drift_by_count: {run_dir} trained on a slice where {n_u} types never occur, so there is no "
+                 f"never-seen drift to compare with (a run on the whole split: use a lite cell)")
     s_u = unit[groups["unseen"]].mean(0)
     # the unseen group's own mean pairwise cosine, over i != j: (n^2 |s|^2 - n) / (n (n - 1))
     within_u = float((n_u * n_u * (s_u @ s_u) - n_u) / (n_u * (n_u - 1)))
@@ -104,12 +127,9 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default="best.pt", help="the weights file in each run directory (default best.pt)")
     ap.add_argument("--key", default=None, help="the embedding's parameter name (default: the one 2-D parameter "
                                                  "with a row per type)")
-    ap.add_argument("--specials", default="", help="comma-separated ids outside every group (a BPE's 0,1,2,3; "
-                                                  "none for a word-level vocabulary)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     a = ap.parse_args(argv)
-    specials = [int(x) for x in a.specials.split(",") if x.strip()]
-    results = [analyse(r, a.weights, a.key, specials) for r in a.runs]
+    results = [analyse(r, a.weights, a.key, *training_counts(r)) for r in a.runs]
     for r in results:
         print(f"## {r['run']} ({r['weights']}): T = {r['train_tokens']:,} tokens, V = {r['vocab']:,}, "
               f"T/V = {r['balance_count_T_over_V']:.2f}; rare group = counts {r['rare_group_counts']} "

@@ -12,12 +12,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import drift_by_count  # noqa: E402
 
+COUNTS = torch.tensor([0, 0, 0, 1, 1, 5])
+
 
 def _cell(tmp_path, recorded=None):
     # ids 0-2 never seen; 3, 4 seen once; 5 seen 5 times (d = 2, init at 0 so the drift is the weight)
-    counts = torch.tensor([0, 0, 0, 1, 1, 5])
     w = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0], [3.0, 0.0], [0.0, -2.0], [-1.0, -1.0]])
-    torch.save(counts, tmp_path / "vocab_counts.pt")
     torch.save(torch.zeros_like(w), tmp_path / "init_embedding.pt")
     torch.save({"model": {"embedding.weight": w, "rnn.weight": torch.zeros(3, 3)}}, tmp_path / "best.pt")
     if recorded is not None:
@@ -38,7 +38,7 @@ def _brute_within(w, a):
 
 def test_buckets_match_hand_worked_and_brute_force(tmp_path):
     w = _cell(tmp_path, recorded=-0.25)
-    r = drift_by_count.analyse(tmp_path, "best.pt", None, [])
+    r = drift_by_count.analyse(tmp_path, "best.pt", None, COUNTS, [])
     by = {b["count"]: b for b in r["buckets"]}
     # hand-worked: unseen unit drifts (1,0), (1,0), (0,1): pairwise mean 1/3; the count-1 rows (1,0), (0,-1) against
     # the unseen mean (2/3, 1/3): 2/3 and -1/3, mean 1/6; the count-5 row (-1,-1)/sqrt 2: -1/sqrt 2
@@ -57,23 +57,23 @@ def test_buckets_match_hand_worked_and_brute_force(tmp_path):
 
 def test_no_unseen_types_is_a_clear_error(tmp_path, capsys):
     _cell(tmp_path)
-    torch.save(torch.ones(6, dtype=torch.long), tmp_path / "vocab_counts.pt")
     with pytest.raises(SystemExit) as e:
-        drift_by_count.analyse(tmp_path, "best.pt", None, [])
-    assert "0 never-seen types" in str(e.value) and "lite v2" in str(e.value)
+        drift_by_count.analyse(tmp_path, "best.pt", None, torch.ones(6, dtype=torch.long), [])
+    assert "0 types never occur" in str(e.value) and "lite cell" in str(e.value)
 
 
 def test_missing_weights_name_the_file(tmp_path):
     _cell(tmp_path)
     with pytest.raises(SystemExit) as e:
-        drift_by_count.analyse(tmp_path, "last.pt", None, [])
+        drift_by_count.analyse(tmp_path, "last.pt", None, COUNTS, [])
     assert "last.pt" in str(e.value) and "outputs/runs/<hash>" in str(e.value)
 
 
-def test_cli_writes_json(tmp_path):
+def test_cli_writes_json(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     _cell(run)
+    monkeypatch.setattr(drift_by_count, "training_counts", lambda r: (COUNTS, []))
     out = tmp_path / "o" / "d.json"
     assert drift_by_count.main([str(run), "--out", str(out)]) == 0
     data = json.loads(out.read_text())
