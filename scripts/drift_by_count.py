@@ -95,6 +95,7 @@ def analyse(run_dir: Path, weights: str, key: str | None, counts: torch.Tensor, 
     # the unseen group's own mean pairwise cosine, over i != j: (n^2 |s|^2 - n) / (n (n - 1))
     within_u = float((n_u * n_u * (s_u @ s_u) - n_u) / (n_u * (n_u - 1)))
     cos_to_u = unit @ s_u
+    along_u = drift @ (s_u / s_u.norm())  # each row's drift along the never-seen rows' common direction
     rows = []
     for lo, hi in BUCKETS:
         sel = keep & (counts >= lo) & (counts <= (hi if hi is not None else counts.max()))
@@ -105,7 +106,8 @@ def analyse(run_dir: Path, weights: str, key: str | None, counts: torch.Tensor, 
             value = float(cos_to_u[sel].mean()) if n else math.nan
         rows.append({"count": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi is not None else f">={lo}"),
                      "types": n, "mean_cos_to_unseen_drift": value,
-                     "mean_drift_norm": float(norm[sel].mean()) if n else math.nan})
+                     "mean_drift_norm": float(norm[sel].mean()) if n else math.nan,
+                     "mean_drift_along_unseen": float(along_u[sel].mean()) if n else math.nan})
     rare = groups["rare"]
     result_file = run_dir / "result.json"
     recorded = math.nan
@@ -135,11 +137,12 @@ def main(argv=None) -> int:
               f"T/V = {r['balance_count_T_over_V']:.2f}; rare group = counts {r['rare_group_counts']} "
               f"({r['rare_group_size']} types); drift_cos_rare_unseen {r['drift_cos_rare_unseen_recomputed']:+.4f} "
               f"(recorded {r['drift_cos_rare_unseen_recorded']:+.4f})")
-        print("| count in training | types | mean cos to the never-seen drifts | mean drift norm |")
-        print("|---|---|---|---|")
+        print("| count in training | types | mean cos to the never-seen drifts | mean drift norm | mean drift along "
+              "the never-seen direction |")
+        print("|---|---|---|---|---|")
         for b in r["buckets"]:
             print(f"| {b['count']} | {b['types']:,} | {b['mean_cos_to_unseen_drift']:+.4f} | "
-                  f"{b['mean_drift_norm']:.4f} |")
+                  f"{b['mean_drift_norm']:.4f} | {b['mean_drift_along_unseen']:+.4f} |")
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(results, indent=1) + "\n")

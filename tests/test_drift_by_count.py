@@ -47,6 +47,8 @@ def test_buckets_match_hand_worked_and_brute_force(tmp_path):
     assert by["4-5"]["mean_cos_to_unseen_drift"] == pytest.approx(-1 / math.sqrt(2))
     assert by["0"]["mean_cos_to_unseen_drift"] == pytest.approx(_brute_within(w, [0, 1, 2]))
     assert by["1"]["mean_cos_to_unseen_drift"] == pytest.approx(_brute_between(w, [3, 4], [0, 1, 2]))
+    # along the unit never-seen direction (2, 1)/sqrt 5: the count-1 rows (3,0), (0,-2): 6/sqrt 5 and -2/sqrt 5
+    assert by["1"]["mean_drift_along_unseen"] == pytest.approx(2 / math.sqrt(5))
     assert by["2"]["types"] == 0 and math.isnan(by["2"]["mean_cos_to_unseen_drift"])
     # the rare group (the last 20 % of the seen types by count, ties by id): id 4 alone
     assert r["rare_group_size"] == 1 and r["rare_group_counts"] == [1, 1]
