@@ -62,7 +62,10 @@ def _discard_temp(tmp, err: BaseException, path: Path) -> None:
         raise full from None
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: Any, parents: bool = False) -> None:
+    """``obj`` as indented JSON at ``path``, atomically; ``parents``: create the missing parent folders first."""
+    if parents:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, lambda f: f.write(json.dumps(obj, indent=2, sort_keys=False).encode()))
 
 

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from analysis.geometry import training_groups  # noqa: E402
+from core.files import atomic_write_json  # noqa: E402
 
 BUCKETS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 9), (10, 19), (20, 49), (50, 99), (100, 999), (1000, None)]
 
@@ -144,8 +145,7 @@ def main(argv=None) -> int:
             print(f"| {b['count']} | {b['types']:,} | {b['mean_cos_to_unseen_drift']:+.4f} | "
                   f"{b['mean_drift_norm']:.4f} | {b['mean_drift_along_unseen']:+.4f} |")
     if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(results, indent=1) + "\n")
+        atomic_write_json(a.out, results, parents=True)
     return 0
 
 

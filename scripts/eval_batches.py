@@ -14,7 +14,6 @@ recurrent state the model carries between segments (an LSTM's h and c: c is unbo
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from core.files import atomic_write_json  # noqa: E402
 
 
 def _tensors(obj):
@@ -98,8 +99,7 @@ def main(argv=None) -> int:
     run_one = exit_on_user_error(evaluate_run)
     results = [run_one(run, a.weights, a.batches, a.splits, a.device, a.trace_state) for run in a.runs]
     if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(results, indent=1) + "\n")
+        atomic_write_json(a.out, results, parents=True)
     return 0
 
 
