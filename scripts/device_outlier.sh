@@ -23,5 +23,8 @@ PY
 )
 python3 scripts/eval_batches.py $runs --device cuda --batches 1 50 --trace-state --out "$OUT/eval_batches.json" \
   2>&1 | tee "$OUT/eval_batches.log"
+# the same with cuDNN's TF32 on (its default outside the trainer), in case the outlier needs it
+python3 scripts/eval_batches.py $runs --device cuda --batches 1 --splits test --tf32 --out "$OUT/eval_batches_tf32.json" \
+  2>&1 | tee -a "$OUT/eval_batches.log"
 pack_ledger
 ls -la "$OUT"

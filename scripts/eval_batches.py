@@ -52,7 +52,8 @@ def _max_state(model, ids, batch_size, bptt, device) -> float:
     return peak
 
 
-def evaluate_run(run: Path, weights: str, batches: list[int], splits: list[str], device: str, trace: bool) -> dict:
+def evaluate_run(run: Path, weights: str, batches: list[int], splits: list[str], device: str, trace: bool,
+                 tf32: bool = False) -> dict:
     from omegaconf import OmegaConf
 
     from analysis.evaluate import evaluate_nll
@@ -61,9 +62,12 @@ def evaluate_run(run: Path, weights: str, batches: list[int], splits: list[str],
     from reproduce.runs.trained import load_lm
 
     dev = pick_device(device)
+    if dev.type == "cuda":  # fp32 as the trainer runs fp32 (reproduce/engine/trainer.py): cuDNN's TF32 off unless asked
+        torch.backends.cudnn.allow_tf32 = tf32
     lm = load_lm(run / weights, dev, what="scripts/eval_batches.py")
     rec = lm.record.get("metrics", {}).get("final", {})
     out = {"run": run.name, "label": lm.record.get("label"), "weights": weights, "device": str(dev),
+           "arithmetic": "fp32" + (" (cuDNN TF32 on)" if tf32 and dev.type == "cuda" else ""),
            "recorded": {k: rec.get(k) for k in ("valid_ppl", "test_ppl")}, "ppl": {}, "max_abs_cell_state": {}}
     task = LMTask(OmegaConf.create(OmegaConf.to_container(lm.cfg, resolve=True)), lm.corpus, lm.model, dev)
     with torch.no_grad():
@@ -90,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", nargs="+", default=["valid", "test"], choices=["valid", "test"])
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--trace-state", action="store_true", help="also the largest |value| of the carried state over each pass")
+    ap.add_argument("--tf32", action="store_true", help="on a GPU, let cuDNN's LSTM use TF32 (its default; the "
+                                                         "trainer turns it off at precision fp32)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     if any(b < 1 for b in a.batches):
@@ -97,7 +103,7 @@ def main(argv=None) -> int:
     from reproduce.errors import exit_on_user_error
 
     run_one = exit_on_user_error(evaluate_run)
-    results = [run_one(run, a.weights, a.batches, a.splits, a.device, a.trace_state) for run in a.runs]
+    results = [run_one(run, a.weights, a.batches, a.splits, a.device, a.trace_state, a.tf32) for run in a.runs]
     if a.out is not None:
         atomic_write_json(a.out, results, parents=True)
     return 0
