@@ -58,24 +58,20 @@ def _embedding(state: dict, rows: int, key: str | None) -> torch.Tensor:
 
 
 def training_counts(run_dir: Path) -> tuple[torch.Tensor, list[int]]:
-    """Occurrences of each type in what the run trained on (as ``Task.train_counts``), and the ids outside every
-    group (a BPE's four specials), from the run's recorded config and its corpus."""
+    """Occurrences of each type in what the run trained on and the ids outside every group: the run's own task
+    (``train_counts``, ``special_ids``: what its final metrics used), built from its recorded config and corpus."""
     from omegaconf import OmegaConf
 
+    from models import build_model
+    from reproduce.engine.tasks import make_task
     from reproduce.runs.execute import load_any_corpus
     from reproduce.runs.trained import read_record
 
     cfg = OmegaConf.create(read_record(run_dir)["config"])
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir, verbose=False)
-    v = len(corpus.vocab)
-    if cfg.dataset.kind == "lm":
-        ids = corpus.train.reshape(-1)
-        specials = list(range(4)) if corpus.tokenizer is not None else []
-    else:  # translation pairs: both sides
-        tr = corpus.train
-        ids = torch.cat([*tr.src, *tr.tgt]) if len(tr) else torch.zeros(0, dtype=torch.long)
-        specials = list(range(4))
-    return torch.bincount(ids.cpu(), minlength=v), specials
+    model = build_model(cfg.model, len(corpus.vocab), cfg.model.tie_weights)
+    task = make_task(cfg, corpus, model, torch.device("cpu"))
+    return task.train_counts(), task.special_ids()
 
 
 def analyse(run_dir: Path, weights: str, key: str | None, counts: torch.Tensor, specials: list[int]) -> dict:

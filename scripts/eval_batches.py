@@ -26,14 +26,13 @@ sys.path.insert(0, str(REPO))
 from core.files import atomic_write_json  # noqa: E402
 
 
-def _tensors(obj):
-    if torch.is_tensor(obj):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from _tensors(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
+def _tensors(state):
+    """The tensors of a model's carried state (None, a tensor, or nested tuples/lists of them:
+    ``LanguageModel.detach_state``'s shapes)."""
+    if torch.is_tensor(state):
+        yield state
+    elif isinstance(state, (list, tuple)):
+        for x in state:
             yield from _tensors(x)
 
 

@@ -80,3 +80,22 @@ def test_cli_writes_json(tmp_path, monkeypatch):
     assert drift_by_count.main([str(run), "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data[0]["run"] == "run" and data[0]["unseen_types"] == 3
+
+
+def test_training_counts_are_the_slice_the_run_trained_on(compose_cfg, tiny_data, monkeypatch):
+    from reproduce.runs.execute import load_any_corpus
+    from reproduce.settings.config import finalize
+    from reproduce.train import train
+
+    cfg = finalize(compose_cfg("experiment=inan2017/small", "scale=smoke", "objective=mle"))
+    record = train(cfg)
+    run = Path(cfg.paths.runs_dir) / record["config_hash"]
+    monkeypatch.chdir(Path(cfg.paths.output_dir).parent)  # the run's relative cache dir resolves as in training
+    counts, specials = drift_by_count.training_counts(run)
+    corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir, verbose=False)
+    ids = corpus.train.reshape(-1).tolist()
+    brute = [0] * len(corpus.vocab)
+    for i in ids:
+        brute[i] += 1
+    assert counts.tolist() == brute and int(counts.sum()) == len(ids)
+    assert specials == []  # a word-level vocabulary
