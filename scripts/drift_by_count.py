@@ -10,6 +10,11 @@ d_i . s_U, which is the mean cosine between the bucket's drifts and the never-se
 ``drift_cos_rare_unseen`` in analysis/geometry.py, with the bucket in place of the rare group). The rare group's
 value is recomputed the same way and printed beside the one the cell recorded, as a check of this script.
 
+It also compares two measures of "off-centre" on the final rows (a diagnosis for the CosReg claim of the same table):
+the ratio the table's claim reads, ``centroid_ratio`` = |mean w_i| / sqrt(mean |w_i|^2) of the raw rows, and the
+centroid of the unit rows, |mean w_i / |w_i||, the quantity Gao et al.'s R(W) = |mean w^_i|^2 - 1/N penalises; each
+over every row, the never-seen rows and the seen rows, with the mean row norm of each group.
+
 It also prints T / V (training tokens an epoch over the vocabulary size), the count at which, at initialisation
 (probability ~1/V everywhere), an epoch's push on a row through the softmax, ~(T / V) mean(h), equals its pull as a
 target, k mean(h at its occurrences): a point of comparison, not where the cosine must cross 0 (the never-seen
@@ -31,7 +36,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from analysis.geometry import training_groups  # noqa: E402
+from analysis.geometry import centroid_ratio, training_groups  # noqa: E402
 from core.files import atomic_write_json  # noqa: E402
 
 BUCKETS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 9), (10, 19), (20, 49), (50, 99), (100, 999), (1000, None)]
@@ -106,18 +111,35 @@ def analyse(run_dir: Path, weights: str, key: str | None, counts: torch.Tensor, 
                      "mean_drift_norm": float(norm[sel].mean()) if n else math.nan,
                      "mean_drift_along_unseen": float(along_u[sel].mean()) if n else math.nan})
     rare = groups["rare"]
+    seen = torch.nonzero(keep & (counts > 0)).flatten()
     result_file = run_dir / "result.json"
-    recorded = math.nan
+    recorded_final = {}
     if result_file.is_file():
-        res = json.loads(result_file.read_text())
-        recorded = res.get("metrics", {}).get("final", {}).get("drift_cos_rare_unseen", math.nan)
+        recorded_final = json.loads(result_file.read_text()).get("metrics", {}).get("final", {})
+    recorded = recorded_final.get("drift_cos_rare_unseen", math.nan)
     tokens = int(counts.sum())
     return {"run": run_dir.name, "weights": weights, "train_tokens": tokens, "vocab": counts.numel(),
             "balance_count_T_over_V": tokens / counts.numel(),
             "rare_group_counts": [int(counts[rare].min()), int(counts[rare].max())] if rare.numel() else None,
             "rare_group_size": int(rare.numel()), "unseen_types": n_u,
             "drift_cos_rare_unseen_recomputed": float(cos_to_u[rare].mean()) if rare.numel() else math.nan,
-            "drift_cos_rare_unseen_recorded": recorded, "buckets": rows}
+            "drift_cos_rare_unseen_recorded": recorded, "buckets": rows,
+            "centroids": centroids(w, {"all": torch.arange(counts.numel()), "unseen": groups["unseen"], "seen": seen}),
+            "centroid_ratio_recorded": recorded_final.get("centroid_ratio", math.nan)}
+
+
+def centroids(w: torch.Tensor, groups: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    """Per group of rows: the raw rows' ``centroid_ratio`` (what the claims read), the unit rows' centroid
+    |mean w_i / |w_i|| (what CosReg penalises), and the mean row norm."""
+    out = {}
+    for name, ids in groups.items():
+        rows = w[ids].double()
+        norms = rows.norm(dim=1)
+        unit = rows[norms > 0] / norms[norms > 0, None]
+        out[name] = {"rows": int(ids.numel()), "centroid_ratio_raw": centroid_ratio(rows) if ids.numel() else math.nan,
+                     "centroid_unit": float(unit.mean(0).norm()) if unit.numel() else math.nan,
+                     "mean_row_norm": float(norms.mean()) if ids.numel() else math.nan}
+    return out
 
 
 def main(argv=None) -> int:
@@ -140,6 +162,12 @@ def main(argv=None) -> int:
         for b in r["buckets"]:
             print(f"| {b['count']} | {b['types']:,} | {b['mean_cos_to_unseen_drift']:+.4f} | "
                   f"{b['mean_drift_norm']:.4f} | {b['mean_drift_along_unseen']:+.4f} |")
+        print(f"centroids (recorded centroid_ratio {r['centroid_ratio_recorded']:.4f}):")
+        print("| rows | n | centroid ratio, raw rows | centroid of the unit rows | mean row norm |")
+        print("|---|---|---|---|---|")
+        for name, c in r["centroids"].items():
+            print(f"| {name} | {c['rows']:,} | {c['centroid_ratio_raw']:.4f} | {c['centroid_unit']:.4f} | "
+                  f"{c['mean_row_norm']:.4f} |")
     if a.out is not None:
         atomic_write_json(a.out, results, parents=True)
     return 0
