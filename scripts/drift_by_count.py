@@ -125,7 +125,9 @@ def analyse(run_dir: Path, weights: str, key: str | None, counts: torch.Tensor, 
             "drift_cos_rare_unseen_recomputed": float(cos_to_u[rare].mean()) if rare.numel() else math.nan,
             "drift_cos_rare_unseen_recorded": recorded, "buckets": rows,
             "centroids": centroids(w, {"all": torch.arange(counts.numel()), "unseen": groups["unseen"], "seen": seen}),
-            "centroid_ratio_recorded": recorded_final.get("centroid_ratio", math.nan)}
+            "centroid_ratio_recorded": recorded_final.get("centroid_ratio", math.nan),
+            "cos_mean_unseen_vs_seen": float(torch.nn.functional.cosine_similarity(
+                w[groups["unseen"]].mean(0), w[seen].mean(0), dim=0)) if seen.numel() else math.nan}
 
 
 def centroids(w: torch.Tensor, groups: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
@@ -162,7 +164,8 @@ def main(argv=None) -> int:
         for b in r["buckets"]:
             print(f"| {b['count']} | {b['types']:,} | {b['mean_cos_to_unseen_drift']:+.4f} | "
                   f"{b['mean_drift_norm']:.4f} | {b['mean_drift_along_unseen']:+.4f} |")
-        print(f"centroids (recorded centroid_ratio {r['centroid_ratio_recorded']:.4f}):")
+        print(f"centroids (recorded centroid_ratio {r['centroid_ratio_recorded']:.4f}; cosine between the never-seen "
+              f"and the seen rows' means {r['cos_mean_unseen_vs_seen']:+.4f}):")
         print("| rows | n | centroid ratio, raw rows | centroid of the unit rows | mean row norm |")
         print("|---|---|---|---|---|")
         for name, c in r["centroids"].items():

@@ -60,9 +60,9 @@ def test_buckets_match_hand_worked_and_brute_force(tmp_path):
 def test_centroids_raw_and_unit_hand_worked(tmp_path):
     _cell(tmp_path)
     (tmp_path / "result.json").write_text(json.dumps({"metrics": {"final": {"centroid_ratio": 0.5}}}))
-    c = drift_by_count.analyse(tmp_path, "best.pt", None, COUNTS, [])
-    assert c["centroid_ratio_recorded"] == 0.5
-    c = c["centroids"]
+    c_all = drift_by_count.analyse(tmp_path, "best.pt", None, COUNTS, [])
+    assert c_all["centroid_ratio_recorded"] == 0.5
+    c = c_all["centroids"]
     # never-seen rows (1,0), (2,0), (0,3): mean (1, 1), mean square norm (1 + 4 + 9) / 3; unit rows (1,0), (1,0), (0,1)
     assert c["unseen"]["centroid_ratio_raw"] == pytest.approx(math.sqrt(2) / math.sqrt(14 / 3))
     assert c["unseen"]["centroid_unit"] == pytest.approx(math.sqrt(5) / 3)
@@ -72,6 +72,8 @@ def test_centroids_raw_and_unit_hand_worked(tmp_path):
     assert c["seen"]["centroid_ratio_raw"] == pytest.approx(math.sqrt(4 / 9 + 1) / math.sqrt((9 + 4 + 2) / 3))
     assert c["seen"]["centroid_unit"] == pytest.approx(math.hypot(1 - r2, -1 - r2) / 3)
     assert c["all"]["rows"] == 6
+    # the two groups' raw means (1, 1) and (2/3, -1): cosine (2/3 - 1) / (sqrt 2 * sqrt(13/9))
+    assert c_all["cos_mean_unseen_vs_seen"] == pytest.approx((2 / 3 - 1) / (math.sqrt(2) * math.sqrt(13 / 9)))
     # Gao et al.'s R(W) = |sum of unit rows|^2 / N^2 - 1/N, brute force over the ordered pairs i != j
     u = torch.nn.functional.normalize(torch.tensor([[1.0, 0], [2, 0], [0, 3], [3, 0], [0, -2], [-1, -1]]).double(), dim=1)
     brute = sum(float(u[i] @ u[j]) for i in range(6) for j in range(6) if i != j) / 36
