@@ -56,9 +56,27 @@ def collect(results: Path, runs: Path) -> list[dict]:
             if record.is_file():
                 per_cell[h] = float(json.loads(record.read_text()).get("wall_time_s") or 0.0)
         rows.append({"table": cells_json.parent.parent.name, "scale": scale, "cells": len(cells),
-                     "complete": len(complete), "seeds": meta.get("seeds") or [], "hardware": meta.get("hardware", "–"),
+                     "complete": len(complete), "hashes": complete, "seeds": meta.get("seeds") or [],
+                     "hardware": meta.get("hardware", "–"),
                      "wall_s": parse_duration(meta.get("wall_time")), "per_cell": per_cell})
     return rows
+
+
+def all_tables_time(rows: list[dict]) -> tuple[float, bool]:
+    """(seconds, estimated): the distinct cells of ``rows`` summed once each; a cell without its own wall time in the
+    ledger counts at the mean cell time of the first row that lists it (its rendering's sum / its complete cells)."""
+    seen: dict[str, float] = {}
+    estimated = False
+    for r in rows:
+        mean = (r["wall_s"] or 0.0) / r["complete"] if r["complete"] else 0.0
+        for h in r["hashes"]:
+            if h in seen:
+                continue
+            if h in r["per_cell"]:
+                seen[h] = r["per_cell"][h]
+            else:
+                seen[h], estimated = mean, True
+    return sum(seen.values()), estimated
 
 
 def markdown(rows: list[dict]) -> str:
@@ -68,25 +86,19 @@ def markdown(rows: list[dict]) -> str:
         half = None if r["wall_s"] is None else r["wall_s"] / 2
         lines.append(f"| `{r['table']}` | `{r['scale']}` | {r['complete']} / {r['cells']} | "
                      f"{', '.join(map(str, r['seeds'])) or 'preset'} | {fmt(r['wall_s'])} | {fmt(half)} | {r['hardware']} |")
-    lines += ["", "`TABLE=all` per scale, from these recordings (a cell shared by several tables counted once where the "
-              "ledger holds its own wall time; otherwise each rendering's sum):", "",
+    lines += ["", "`TABLE=all` per scale, from these recordings: a cell shared by several tables (the same config hash "
+              "in their `cells.json`) counted once, at its own wall time where the ledger holds it, otherwise at the mean "
+              "cell time of the first rendering that lists it (an estimate: marked ~):", "",
               "| scale | tables rendered | distinct cells | wall time, one lane (sum) | at `launch.parallel=2` |",
               "|---|---|---|---|---|"]
     for scale in SCALES:
-        at = [r for r in rows if r["scale"] == scale]
+        at = sorted((r for r in rows if r["scale"] == scale), key=lambda r: r["table"])
         if not at:
             continue
-        seen: dict[str, float] = {}
-        total = 0.0
-        for r in at:
-            if r["per_cell"] and len(r["per_cell"]) == r["complete"]:
-                for h, s in r["per_cell"].items():
-                    seen.setdefault(h, s)
-            else:
-                total += r["wall_s"] or 0.0
-        total += sum(seen.values())
-        distinct = len(seen) + sum(r["complete"] for r in at if not (r["per_cell"] and len(r["per_cell"]) == r["complete"]))
-        lines.append(f"| `{scale}` | {len(at)} | {distinct} | {fmt(total)} | {fmt(total / 2)} |")
+        total, estimated = all_tables_time(at)
+        mark = "~" if estimated else ""
+        lines.append(f"| `{scale}` | {len(at)} | {len({h for r in at for h in r['hashes']})} | {mark}{fmt(total)} | "
+                     f"{mark}{fmt(total / 2)} |")
     return "\n".join(lines) + "\n"
 
 
