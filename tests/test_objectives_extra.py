@@ -181,7 +181,9 @@ def test_ul_with_alpha_zero_is_mle():
     h2 = h1.detach().clone().requires_grad_(True)
     ul = make("ul", alpha=0.0)(h1, targets, model, layout=layout)
     mle = make("mle")(h2, targets, model)
-    assert ul.token_loss.item() == pytest.approx(mle.token_loss.item(), rel=1e-7)
+    # float32 losses computed by two code paths: equal to a few ulps (1e-7 relative is one ulp; a CPU whose kernels
+    # round differently gave 1.2e-7)
+    assert ul.token_loss.item() == pytest.approx(mle.token_loss.item(), rel=1e-6)
     ul.token_loss.backward()
     mle.token_loss.backward()
     assert torch.allclose(h1.grad, h2.grad, atol=1e-7)
@@ -276,7 +278,7 @@ def test_adv_in_eval_mode_is_mle_and_gradients_are_finite():
     obj = make("adv_mle", eps=0.005, relative=True)
     obj.eval()
     out = obj(h, targets, model)
-    assert out.token_loss.item() == pytest.approx(F.cross_entropy(model.logits(h), targets).item(), rel=1e-7)
+    assert out.token_loss.item() == pytest.approx(F.cross_entropy(model.logits(h), targets).item(), rel=1e-6)  # float32
     obj.train()
     out = obj(h, targets, model)
     out.token_loss.backward()

@@ -71,7 +71,8 @@ class TableInfo:
 
     @property
     def paper(self) -> str:  # "Yu et al. (2022), Rare tokens degenerate ..., Table 3" -> without the table
-        return re.sub(r",\s*Table\s+\S+$", "", self.source.strip())
+        # (also "Tables 5 and 15", "Fig. 5 and App. D", "Sec. 6.2 and Figure 1": what follows the paper's title)
+        return re.sub(r",\s*(Tables?|Fig\.|Figure|Sec\.)\s.*$", "", self.source.strip())
 
 
 def _natural(name: str) -> list:
