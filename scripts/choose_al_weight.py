@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Inan 2017 small, {args.objective.upper()} weight grid (docs/fidelity.md: the procedure)", "",
              "| alpha | target_grad | config hash | status | epochs | valid PPL at epoch 4 |", "|---|---|---|---|---|---|"]
     for (alpha, tg), h, status, n, at in rows:
-        lines.append(f"| {alpha:g} | {tg} | `{h}` | {status} | {n} | {'–' if at is None else f'{at:.2f}'} |")
+        shown = "–" if at is None else f"{at:.2f}" if at < 1e5 else f"{at:.3g} (diverged)"
+        lines.append(f"| {alpha:g} | {tg} | `{h}` | {status} | {n} | {shown} |")
     complete = len(ppl) == len(hashes)
     if complete:
         alpha, tg = choose(ppl)

@@ -5,8 +5,10 @@
 # Each step is `reproduce.table` with rows=[one row]: a cell complete in the ledger is skipped, a partial one resumes
 # from its last epoch, one that another process trains is waited for (the ledger lock); each step renders the table.
 # A lane stops at the first step that does not complete (the log says why); run it again to continue.
-# AL/REAL small rows are not here: they wait for the weight grid (docs/fidelity.md, Inan 2017), which lane A/B run
-# after their cells: `python -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al|real`.
+# The AL/REAL weights were fixed by the grid of docs/fidelity.md (Inan 2017) on a lent GPU, 2026-11-27
+# (results/sweeps/inan2017_{al,real}_weight.md); to rerun the grid on this CPU instead:
+#   python -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al|real
+#   python scripts/choose_al_weight.py --objective al|real --write
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export REPDEGEN_DATA_DIR="${REPDEGEN_DATA_DIR:-$(cd .. && pwd)/shared/data}" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -19,14 +21,12 @@ case "${1:-}" in
   A)
     # inan2016_t2 "200 hidden units [5] (SGD, no dropout)" ran first (done, committed in results/tables/inan2016_t2/paper/)
     row inan2017_t1 "Small (200 units) / VD-LSTM+RE"
+    row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
     row inan2016_t1 "200 hidden units (keep 0.5)"
-    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al trainer.progress=false trainer.resume=true
-    "$PYTHON" scripts/choose_al_weight.py --objective al --write
     ;;
   B)
     row inan2017_t1 "Small (200 units) / VD-LSTM"
-    "$PYTHON" -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=real trainer.progress=false trainer.resume=true
-    "$PYTHON" scripts/choose_al_weight.py --objective real --write
+    row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
     ;;
   *)
     echo "usage: bash scripts/paper_lanes.sh A|B (two lanes of one-thread paper cells; see the comments)" >&2
