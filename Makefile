@@ -9,7 +9,7 @@ ARGS ?=
 # Corpora: a local directory laid out like ../shared/data, else the Hugging Face hub.
 export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
 
-.PHONY: install test test-fast test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate rerender report
+.PHONY: install test test-fast test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate rerender report status
 
 help:
 	@echo "make install                               install repdegen (editable) and its dependencies"
@@ -23,6 +23,7 @@ help:
 	@echo "make sweep-alpha [OBJECTIVE=agg|al SCALE= VALUES= SEEDS= ...]  AGG alpha (Yu 2022 Fig. 5) or AL alpha (Inan 2017)"
 	@echo "make aggregate SWEEP_DIR=<multirun dir> [ARGS=--metrics ...]   table + plots of a finished sweep (docs/sweeps.md)"
 	@echo "make report                                results/README.md: every table and figure under results/"
+	@echo "make status [ARGS=\"--scale paper --all\"]    the ledger's runs training, stopped or failed: epoch, best, ETA"
 	@echo "make rerender [SCALES=\"smoke lite\"]          render every table again from the ledger (no training), then report"
 
 install:
@@ -58,6 +59,9 @@ rerender:
 # results/README.md from the files under results/ (reads what was rendered; composes nothing)
 report:
 	$(PYTHON) -m reproduce.report $(ARGS)
+
+status:
+	$(PYTHON) -m reproduce.status $(ARGS)
 
 lint:
 	$(PYTHON) -m ruff check .

@@ -27,6 +27,7 @@ ENTRY_POINTS = {
     "translate": ("translate a text file", True),
     "aggregate": ("Aggregate a Hydra multirun", False),
     "report": ("every reproduced table and figure", False),
+    "status": ("What the run ledger holds now", False),
 }
 CFG_JOB = ("train", *TRAIN_ARGS, "--cfg", "job")
 

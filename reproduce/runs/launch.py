@@ -48,6 +48,7 @@ from core.loaders import load_run_record
 from reproduce.engine.progress import is_terminal
 from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
+from reproduce.runs.status import _fmt_seconds, epoch_facts
 
 # what each exit status of `python -m reproduce.runs.launch <cell.yaml>` means for its cell (reproduce.errors)
 EXIT_NAMES = {EXIT_OK: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
@@ -124,30 +125,19 @@ def visible_gpus(requested: list[int] | None) -> list[int]:
     return list(requested)
 
 
-def _fmt_seconds(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 def epoch_progress(record: dict) -> str | None:
     """One line on a running cell from its ``result.json`` (rewritten after every epoch): the epoch it finished, of
     how many, its validation PPL, the time an epoch takes and the time left at most (every epoch up to
     ``trainer.max_epochs`` in every training session; early stopping may end it sooner). None before the first epoch."""
-    history = [h for h in record.get("history") or [] if h.get("stage", "train") == "train"]
-    if not history:
+    f = epoch_facts(record)
+    if f is None:
         return None
-    trainer = (record.get("config") or {}).get("trainer") or {}
-    max_epochs = int(trainer.get("max_epochs") or 0)
-    sessions = int(trainer.get("retrain_sessions") or 0) + 1
-    last = history[-1]
-    session = int(last.get("session", 1))
-    seconds = [h["epoch_seconds"] + h.get("valid_seconds", 0.0) for h in history if "epoch_seconds" in h]
-    per_epoch = sum(seconds[-5:]) / len(seconds[-5:]) if seconds else 0.0
-    left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs
-    where = f"epoch {last['epoch']}/{max_epochs}" + (f" of session {session}/{sessions}" if sessions > 1 else "")
-    valid = f", valid PPL {last['valid_ppl']:.2f}" if isinstance(last.get("valid_ppl"), (int, float)) else ""
-    early = ", or sooner by early stopping" if trainer.get("early_stopping") is not None else ""
-    return f"{where}{valid} | {_fmt_seconds(per_epoch)} an epoch | at most {_fmt_seconds(left * per_epoch)} left{early}"
+    where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f" of session {f['session']}/{f['sessions']}"
+                                                       if f["sessions"] > 1 else "")
+    valid = f", valid PPL {f['valid_ppl']:.2f}" if f["valid_ppl"] is not None else ""
+    early = ", or sooner by early stopping" if f["patience"] is not None else ""
+    return (f"{where}{valid} | {_fmt_seconds(f['epoch_seconds'])} an epoch | at most "
+            f"{_fmt_seconds(f['seconds_left_at_most'])} left{early}")
 
 
 class Progress:

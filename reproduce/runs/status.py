@@ -1,0 +1,166 @@
+"""What the run ledger holds now: every run that is training, stopped part-way or failed (``--all``: the complete
+ones too), with its epoch, best validation PPL, how many epochs since that best (against early stopping's
+patience), the time an epoch takes and the time left at most, and how to continue a run that stopped.
+
+It reads ``<runs_dir>/<hash>/result.json`` (rewritten after every epoch) and asks each run's lock
+(:meth:`reproduce.runs.ledger.Ledger.holder`) whether a live process trains it; it writes nothing, so it is safe
+beside running cells (``python -m reproduce.status``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger
+
+EPILOG = """\
+examples:
+  python -m reproduce.status                          # runs training, stopped or failed in outputs/runs
+  python -m reproduce.status --scale paper --all      # every paper-scale run, complete ones included
+  python -m reproduce.status --json                   # the same facts, one JSON object per run
+  make status
+
+where next:
+  python -m reproduce.table --help (a table's cells and their progress); docs/cli.md (every entry point);
+  docs/compute.md (what a table costs on this CPU)"""
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def epoch_facts(record: dict) -> dict | None:
+    """A run's progress from its record: the last training epoch, its session, the epoch time (mean of the last 5,
+    validation included), the epochs left at most (every epoch up to ``trainer.max_epochs`` in every training session;
+    early stopping may end it sooner) and the best validation PPL so far. None before the first epoch."""
+    history = [h for h in record.get("history") or [] if h.get("stage", "train") == "train"]
+    if not history:
+        return None
+    trainer = (record.get("config") or {}).get("trainer") or {}
+    max_epochs = int(trainer.get("max_epochs") or 0)
+    sessions = int(trainer.get("retrain_sessions") or 0) + 1
+    last = history[-1]
+    session = int(last.get("session", 1))
+    seconds = [h["epoch_seconds"] + h.get("valid_seconds", 0.0) for h in history if "epoch_seconds" in h]
+    per_epoch = sum(seconds[-5:]) / len(seconds[-5:]) if seconds else 0.0
+    left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs
+    this_session = [h for h in history if int(h.get("session", 1)) == session and _number(h.get("valid_ppl"))]
+    best = min(this_session, key=lambda h: h["valid_ppl"]) if this_session else None
+    return {"epoch": int(last["epoch"]), "max_epochs": max_epochs, "session": session, "sessions": sessions,
+            "valid_ppl": last.get("valid_ppl") if _number(last.get("valid_ppl")) else None,
+            "epoch_seconds": per_epoch, "epochs_left_at_most": left, "seconds_left_at_most": left * per_epoch,
+            "best_valid_ppl": best["valid_ppl"] if best else None, "best_epoch": int(best["epoch"]) if best else None,
+            "since_best": int(last["epoch"]) - int(best["epoch"]) if best else None,
+            "patience": trainer.get("early_stopping")}
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def run_state(record: dict, holder: str | None) -> str:
+    """training (pid N on host) | stopped (the record says running, no process holds it) | preempted | interrupted |
+    failed | complete."""
+    status = record.get("status", "unknown")
+    if holder is not None:
+        return f"training ({holder})"
+    if status == "running":
+        return "stopped"
+    return status
+
+
+def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bool = False) -> list[dict]:
+    """One dict per run of the ledger (sorted: training first, then by label), its facts and its state."""
+    ledger = Ledger(runs_dir)
+    rows = []
+    root = Path(runs_dir)
+    for run_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        try:
+            record = ledger.load(run_dir.name)
+        except CorruptRecord as err:
+            rows.append({"hash": run_dir.name, "label": "?", "scale": "?", "state": f"corrupt record: {err.why}",
+                         "facts": None, "resume": f"see {run_dir / 'result.json'}"})
+            continue
+        if record is None:
+            continue
+        if scale is not None and record.get("scale") != scale:
+            continue
+        if record.get("status") == STATUS_COMPLETE and not include_complete:
+            continue
+        state = run_state(record, ledger.holder(run_dir.name))
+        resume = None
+        if state in ("stopped", "preempted", "interrupted", "failed"):
+            resume = f"python -m reproduce.runs.launch {run_dir / 'cell.yaml'}" if (run_dir / "cell.yaml").is_file() \
+                else f"python -m reproduce.train ... trainer.resume=true (the command in {run_dir / 'result.json'})"
+        rows.append({"hash": run_dir.name, "label": record.get("label", "?"), "scale": record.get("scale", "?"),
+                     "state": state, "facts": epoch_facts(record), "resume": resume,
+                     "error": record.get("error") if state == "failed" else None})
+    rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
+    return rows
+
+
+def format_row(row: dict) -> str:
+    f = row["facts"]
+    head = f"{row['hash']}  {row['label']} ({row['scale']})  {row['state']}"
+    if f is None:
+        body = "no epoch finished yet"
+    else:
+        where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f", session {f['session']}/{f['sessions']}"
+                                                            if f["sessions"] > 1 else "")
+        valid = f", valid PPL {f['valid_ppl']:.2f}" if f["valid_ppl"] is not None else ""
+        best = ""
+        if f["best_valid_ppl"] is not None:
+            patience = f"; early stopping after {f['patience']}" if f["patience"] is not None else ""
+            best = (f", best {f['best_valid_ppl']:.2f} at epoch {f['best_epoch']} ({f['since_best']} "
+                    f"epoch{'s' if f['since_best'] != 1 else ''} without a better one{patience})")
+        timing = f" | {_fmt_seconds(f['epoch_seconds'])} an epoch"
+        if row["state"] != STATUS_COMPLETE:
+            early = ", or sooner by early stopping" if f["patience"] is not None else ""
+            timing += f" | at most {_fmt_seconds(f['seconds_left_at_most'])} left{early}"
+        body = where + valid + best + timing
+    lines = [head, "    " + body]
+    if row.get("error"):
+        lines.append(f"    error: {row['error']}")
+    if row.get("resume"):
+        lines.append(f"    continue: {row['resume']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reproduce.status", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="What the run ledger holds now: the runs training, stopped part-way or failed, each with its\n"
+                    "epoch, best validation PPL, epochs since it (early stopping's patience), time an epoch and time\n"
+                    "left, and how to continue it. It reads the ledger only (safe beside running cells).",
+        epilog=EPILOG)
+    parser.add_argument("--runs-dir", default="outputs/runs", help="the run ledger (default: outputs/runs)")
+    parser.add_argument("--scale", choices=["smoke", "lite", "paper"], help="only runs of this scale")
+    parser.add_argument("--all", action="store_true", help="the complete runs too")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    args = parser.parse_args(argv)
+    if not Path(args.runs_dir).is_dir():
+        print(f"repdegen: no run ledger at {args.runs_dir!r} (no run has been trained there yet); pass the folder "
+              f"with --runs-dir (the `paths.runs_dir` the runs used)", file=sys.stderr)
+        return 2
+    rows = collect(args.runs_dir, args.scale, args.all)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    if not rows:
+        what = "no runs" if args.all else "no run training, stopped or failed (--all lists the complete ones)"
+        print(f"repdegen: {args.runs_dir}: {what}" + (f" at scale {args.scale}" if args.scale else ""))
+        return 0
+    training = sum(r["state"].startswith("training") for r in rows)
+    try:
+        print(f"repdegen: {args.runs_dir}: {len(rows)} run(s), {training} training now")
+        for row in rows:
+            print(format_row(row), flush=True)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+    return 0

@@ -1,0 +1,96 @@
+"""``python -m reproduce.status``: the ledger's runs as hand-made records say they are (hand-worked numbers), which of
+them a live process trains (the run's lock, held here), how to continue the others, and one clear line for a
+missing ledger or a corrupt record."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+from reproduce.runs.ledger import Ledger
+from reproduce.runs.status import collect, epoch_facts, main
+
+
+def _epoch(epoch, ppl, session=1, seconds=100.0):
+    return {"stage": "train", "epoch": epoch, "session": session, "valid_ppl": ppl, "epoch_seconds": seconds,
+            "valid_seconds": 20.0}
+
+
+TRAINER = {"max_epochs": 10, "retrain_sessions": 1, "early_stopping": 5}
+
+
+def _write(root, h, status, history, label="inan2017/small/mle", scale="paper", trainer=TRAINER, cell=True):
+    run = root / h
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"status": status, "label": label, "scale": scale, "config_hash": h,
+                                                 "config": {"trainer": trainer}, "history": history}))
+    if cell:
+        (run / "cell.yaml").write_text("{}\n")
+    return run
+
+
+def test_epoch_facts_hand_worked():
+    """Session 2 of 2 at epoch 3 of 10: its best is epoch 2's 90.0 (session 1's 80.0 does not count: the second
+    session's early stopping starts anew), 1 epoch without a better one, at most 7 epochs x 120 s = 840 s left."""
+    history = [_epoch(1, 100.0), _epoch(2, 80.0), {"stage": "test", "epoch": 2, "valid_ppl": 1.0},
+               _epoch(1, 95.0, session=2), _epoch(2, 90.0, session=2), _epoch(3, 91.0, session=2)]
+    f = epoch_facts({"config": {"trainer": TRAINER}, "history": history})
+    assert (f["epoch"], f["session"], f["sessions"]) == (3, 2, 2)
+    assert (f["best_valid_ppl"], f["best_epoch"], f["since_best"]) == (90.0, 2, 1)
+    assert f["epochs_left_at_most"] == 7 and f["seconds_left_at_most"] == pytest.approx(840.0)
+    assert f["epoch_seconds"] == pytest.approx(120.0) and f["patience"] == 5
+    assert epoch_facts({"config": {}, "history": []}) is None
+
+
+def test_states_and_the_continue_command(tmp_path):
+    _write(tmp_path, "aaaa", "running", [_epoch(1, 200.0), _epoch(2, 150.0)])            # its process died
+    _write(tmp_path, "bbbb", "running", [_epoch(1, 210.0)], label="inan2017/small/re")  # trained now (lock below)
+    _write(tmp_path, "cccc", "complete", [_epoch(1, 120.0)])
+    _write(tmp_path, "dddd", "preempted", [], label="inan2016/h200/mle", scale="lite")
+    failed = _write(tmp_path, "eeee", "failed", [_epoch(1, 300.0)], cell=False)
+    rec = json.loads((failed / "result.json").read_text())
+    (failed / "result.json").write_text(json.dumps(dict(rec, error="loss is nan at update 12")))
+    with Ledger(tmp_path).lock("bbbb"):
+        rows = {r["hash"]: r for r in collect(tmp_path)}
+        assert rows["bbbb"]["state"] == f"training (pid {os.getpid()} on {socket.gethostname()})"
+        assert rows["bbbb"]["resume"] is None
+    assert "cccc" not in rows  # complete: only with --all
+    assert rows["aaaa"]["state"] == "stopped"
+    assert rows["aaaa"]["resume"] == f"python -m reproduce.runs.launch {tmp_path / 'aaaa' / 'cell.yaml'}"
+    assert rows["dddd"]["state"] == "preempted" and rows["dddd"]["facts"] is None
+    assert rows["eeee"]["state"] == "failed" and rows["eeee"]["error"] == "loss is nan at update 12"
+    assert "trainer.resume=true" in rows["eeee"]["resume"]
+    assert list(rows)[0] == "bbbb"  # training first
+    assert {r["hash"] for r in collect(tmp_path, include_complete=True)} == {"aaaa", "bbbb", "cccc", "dddd", "eeee"}
+    assert {r["hash"] for r in collect(tmp_path, scale="lite")} == {"dddd"}
+
+
+def test_text_and_json_output(tmp_path, capsys):
+    _write(tmp_path, "aaaa", "running", [_epoch(1, 200.0), _epoch(2, 150.0), _epoch(3, 160.0)])
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "aaaa  inan2017/small/mle (paper)  stopped" in out
+    # at epoch 3 of 10 in session 1 of 2: (10 - 3) + 10 = 17 epochs x 2 min = 34 min at most
+    assert ("epoch 3/10, session 1/2, valid PPL 160.00, best 150.00 at epoch 2 (1 epoch without a better one; "
+            "early stopping after 5) | 2m00s an epoch | at most 34m00s left, or sooner by early stopping") in out
+    assert "continue: python -m reproduce.runs.launch" in out
+    assert main(["--runs-dir", str(tmp_path), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["facts"]["best_valid_ppl"] == 150.0 and row["state"] == "stopped"
+
+
+def test_a_missing_ledger_and_a_corrupt_record_are_one_clear_line(tmp_path, capsys):
+    assert main(["--runs-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "no run ledger at" in err and "--runs-dir" in err and "Traceback" not in err
+    (tmp_path / "ffff").mkdir()
+    (tmp_path / "ffff" / "result.json").write_text('{"status": "runn')  # truncated
+    before = (tmp_path / "ffff" / "result.json").read_text()
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ffff" in out and "corrupt record" in out
+    assert (tmp_path / "ffff" / "result.json").read_text() == before  # read only: nothing moved or changed
+    assert main(["--runs-dir", str(tmp_path / "ffff" / "..")]) == 0
