@@ -19,14 +19,22 @@ row() {  # row <table> <"group / label" or label>
 }
 case "${1:-}" in
   A)
-    # inan2016_t2 "200 hidden units [5] (SGD, no dropout)" ran first (done, committed in results/tables/inan2016_t2/paper/)
+    # inan2016_t2 "200 hidden units [5] (SGD, no dropout)" ran first (2026-11-26, AMD EPYC; committed in
+    # results/tables/inan2016_t2/paper/); its ledger record was lost with a work tree, so it runs again at the end of
+    # this lane, and until then inan2016_t2's paper rendering is left as it is (reproduce.runs.tables.render_latest)
     row inan2017_t1 "Small (200 units) / VD-LSTM+RE"
     row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
     row inan2016_t1 "200 hidden units (keep 0.5)"
+    row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
+    row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
     ;;
   B)
     row inan2017_t1 "Small (200 units) / VD-LSTM"
     row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
+    row inan2016_t1 "200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3)"
+    # also inan2016_t2's "200 hidden units Proposed-KL" (the same cell)
+    row inan2016_t1 "200 hidden units, both proposed modifications (keep 0.7, alpha 0.3)"
+    row inan2016_t2 "200 hidden units Proposed-CE (keep 0.7, alpha 0.3)"
     ;;
   *)
     echo "usage: bash scripts/paper_lanes.sh A|B (two lanes of one-thread paper cells; see the comments)" >&2

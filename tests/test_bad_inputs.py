@@ -293,6 +293,22 @@ def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_dat
         table_mod.render_latest(app, cells, None)
     assert table_mod.complete_hashes(out / "cells.json") == set(hashes)
     assert "already holds a more complete rendering" in capsys.readouterr().out
+    # a ledger that lost one cell's record (a fresh work tree) and gained none: still not replaced; nor when the
+    # rendering had fewer cells but one this ledger lacks (it would drop that result while adding others)
+    (out / "cells.json").write_text(json.dumps({"cells": [{"config_hash": h, "status": "complete"} for h in hashes[:2]]}))
+    monkeypatch.setattr(table_mod, "collect_rows", lambda *a: ([], [{"config_hash": h} for h in hashes[1:]]))
+    assert table_mod.render_latest(app, cells, None) is None
+    assert table_mod.complete_hashes(out / "cells.json") == set(hashes[:2])
+    msg = capsys.readouterr().out
+    assert f"[{hashes[0]}]" in msg and "left it as it is" not in msg and "copy their run records back" in msg
+    monkeypatch.setattr(table_mod, "collect_rows", lambda *a: ([], [{"config_hash": h} for h in hashes]))
+    table_mod.render_latest(app, cells, None)  # the lacking cell is back: the fuller rendering replaces it
+    assert table_mod.complete_hashes(out / "cells.json") == set(hashes)
+    # a cell of the rendering whose config has changed since (another hash: not a cell of the table now) is no loss
+    (out / "cells.json").write_text(json.dumps({"cells": [{"config_hash": h, "status": "complete"}
+                                                          for h in [*hashes, "0123456789abcdef"]]}))
+    table_mod.render_latest(app, cells, None)
+    assert table_mod.complete_hashes(out / "cells.json") == set(hashes)
 
 
 def test_a_cell_trained_elsewhere_is_waited_for_not_failed(trained, tmp_path, capsys):

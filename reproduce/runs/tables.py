@@ -653,9 +653,9 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
 
     Renders of one table and scale are serialized (an exclusive ``flock`` on ``.render.lock`` in the
     output directory), and the ledger is read inside that lock, so of two processes rendering the same
-    table the later one sees at least what the earlier one saw. A rendering is never replaced by a less
-    complete one: when the table there holds complete cells that this one lacks (and nothing this one
-    adds), it is left as it is."""
+    table the later one sees at least what the earlier one saw. A rendering is never replaced by one that
+    lacks a complete cell it holds (a less complete one, or one from a ledger that lost that cell's record
+    while gaining others): it is left as it is, with a line that names the lacking cells and how to merge."""
     import fcntl
 
     out = Path(app.paths.tables_dir) / app.table.name / app.scale.name
@@ -665,10 +665,23 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
         fcntl.flock(fd, fcntl.LOCK_EX)
         rows, records = collect_rows(app, cells, ledger, run_status)
         ours = {r["config_hash"] for r in records}
-        there = complete_hashes(out / "cells.json")
+        # the cells of the table as it is now (a cell whose config changed since is another cell: not counted)
+        there = complete_hashes(out / "cells.json") & {c.config_hash for c in cells}
         if there > ours:
             print(f"repdegen: {out} already holds a more complete rendering ({len(there)}/{len(cells)} cells complete, "
                   f"this one {len(ours)}/{len(cells)}); left it as it is")
+            return None
+        lacking = there - ours
+        if lacking:  # this one adds cells but would drop results the rendering holds: keep it, say how to merge
+            names = [f"{c.label}" + (f" seed {c.seed}" if c.seed is not None else "") + f" [{c.config_hash}]"
+                     for c in cells if c.config_hash in lacking]
+            where = f" {ledger.root}" if ledger else ""
+            print(f"repdegen: {out} holds {len(lacking)} complete cell(s) that the ledger{where} lacks "
+                  f"({'; '.join(names) or ', '.join(sorted(lacking))}), so it was left as it is (rendering now "
+                  f"would drop their results). The cells of this run are safe in the ledger; to render them with the "
+                  f"others, run the lacking cells again (python -m reproduce.table table={app.table.name} "
+                  f"scale={app.scale.name} rows=[...]) or copy their run records back into the ledger, then render "
+                  f"again (render_only=true)")
             return None
         return render(app, rows, records, ledger), rows
     finally:
