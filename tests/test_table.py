@@ -217,6 +217,30 @@ def test_render_header_names_every_commit_the_cells_ran_at():
     assert "Commit: `abcdef0123 (uncommitted changes)`." in to_markdown("T", ["test_ppl"], rows, meta, [])
 
 
+def test_paper_rendering_names_each_cells_sessions_machine_and_commit():
+    """A hand-made record of a cell retrained in a second session (footnote 5): 3 + 2 epochs, 1 h 1 min in all, on a
+    CPU at a dirty commit; the Cells section and cells.json's provenance say so."""
+    from reproduce.runs.tables import cell_provenance
+
+    history = [{"stage": "train", "epoch": e, "session": s} for s, n in ((1, 3), (2, 2)) for e in range(1, n + 1)]
+    history += [{"stage": "test", "epoch": 2, "session": 2}]
+    record = {"_row_label": "Small / VD-LSTM+RE", "_seed": None, "config_hash": "bdb22f8f3bb3e644",
+              "history": history, "wall_time_s": 3660.0, "started": "2026-11-26T23:57:56",
+              "git": {"commit": "476c724308aaaa", "dirty": True},
+              "hardware": {"device": "cpu", "cpu": "Intel Xeon", "torch_threads": 1, "torch": "2.13.0+cpu"}}
+    p = cell_provenance(record)
+    assert p["epochs"] == [3, 2] and p["wall_time"] == "1h01m" and p["commit"] == "476c724308+dirty"
+    assert p["hardware"] == "CPU: Intel Xeon x1 threads (torch 2.13.0+cpu)"
+    rows = [RenderedRow("A", None, {"test_ppl": 80.0}, {"test_ppl": 82.25}, "complete")]
+    meta = {"source": "S", "scale": "paper", "git": {"commit": "abc"}, "hardware": "hw", "wall_time": "1m",
+            "generated": "now"}
+    md = to_markdown("T", ["test_ppl"], rows, meta, [], cells=[p])
+    assert md.rstrip().endswith("| Small / VD-LSTM+RE | preset's | `bdb22f8f3bb3e644` | 3 + 2 | 1h01m | CPU: Intel Xeon "
+                                "x1 threads (torch 2.13.0+cpu) | `476c724308+dirty` | 2026-11-26T23:57:56 |")
+    assert "### Cells" not in to_markdown("T", ["test_ppl"], rows, meta, [])
+    assert cell_provenance({"config_hash": "x"})["hardware"] == "n/a"
+
+
 def test_render_at_lite_shows_the_change_against_the_baseline_and_seeds():
     base = RenderedRow("MLE", None, {"test_ppl": 87.3}, {"test_ppl": 141.2}, "complete", config_hash="h1+h2",
                        extra={"sd": {"test_ppl": 0.6}, "n_seeds": 2, "n_done": 2})

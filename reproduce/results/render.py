@@ -159,8 +159,9 @@ def _markdown_table(rows: list[RenderedRow], subs: list[tuple[str, str]], relati
 
 def to_markdown(title: str, columns: list[str], rows: list[RenderedRow], meta: dict, notes: list[str],
                 relative: bool = False, claims: list[str] | None = None, paper: bool = True,
-                first_column: str = "Model") -> str:
+                first_column: str = "Model", cells: list[dict] | None = None) -> str:
     """The table as Markdown. ``paper=False``: our numbers only (a sweep: no paper column to compare with).
+    ``cells``: a last section with each cell's provenance (paper scale: :func:`cells_markdown`).
 
     Each metric shows the paper's value and ours (mean ± sd over seeds); in brackets the change against the row's
     baseline (``relative``: lite, smoke) or ours minus the paper's (paper scale). Over MAX_COLUMNS columns, one
@@ -184,7 +185,24 @@ def to_markdown(title: str, columns: list[str], rows: list[RenderedRow], meta: d
         lines += ["", *[f"- {n}" for n in notes]]
     if claims:
         lines += ["", *claims]
+    lines += cells_markdown(cells or [])
     return "\n".join(lines) + "\n"
+
+
+def cells_markdown(cells: list[dict]) -> list[str]:
+    """The "Cells" section: one line per complete cell with what a paper-scale number needs beside it (each cell
+    may have run on another machine, at another commit, over several sessions of this suite). ``cells``: the
+    dicts of :func:`reproduce.runs.tables.cell_provenance`."""
+    if not cells:
+        return []
+    lines = ["", "### Cells", "", "| Row | Seed | Config | Epochs (per training session) | Wall time | Hardware | Commit "
+                                  "| Started |", "|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        seed = "preset's" if c.get("seed") is None else str(c["seed"])
+        epochs = " + ".join(map(str, c.get("epochs") or [])) or "–"
+        lines.append(f"| {c['row']} | {seed} | `{c['config_hash']}` | {epochs} | {c.get('wall_time', '–')} | "
+                     f"{c.get('hardware', '–')} | `{c.get('commit', '–')}` | {c.get('started', '–')} |")
+    return lines
 
 
 def to_csv(columns: list[str], rows: list[RenderedRow]) -> str:

@@ -585,7 +585,9 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     verdicts = evaluate_claims(t, ours, seeds, paper, scale)
     judge_registration(app, verdicts, rows, records, ledger)
     claims_md = claims_markdown(verdicts, paper_short(t.source), scale, seeds)
-    markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md)
+    # at paper scale each cell's provenance: its rows are built one by one, over sessions and machines
+    provenance = [cell_provenance(r) for r in records] if scale == "paper" else []
+    markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md, cells=provenance)
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
     atomic_write_bytes(out / "claims.csv", lambda f: f.write(claims_csv(verdicts, scale).encode()))
@@ -611,6 +613,10 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     # cells.json's `command` is the one that trains the cells (the one to rerun); a render-only pass keeps
     # the training command already there and says in `rendered_by` how this rendering was made
     this_command = command_line(_ORIGINAL_ARGV or None)
+    by_hash = {p["config_hash"]: p for p in provenance}
+    for c in cells_out:
+        if c.get("config_hash") in by_hash:
+            c["provenance"] = {k: v for k, v in by_hash[c["config_hash"]].items() if k not in ("row", "config_hash")}
     cells_record = {"table": t.name, "scale": scale, "command": this_command,
                     "meta": meta, "cells": cells_out, "figures": figure_captions}
     if app.render_only:
@@ -626,6 +632,23 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
         print(claims_console(verdicts, paper_short(t.source), scale, seeds))
         print(summary_line(verdicts, t.name, scale))
     return out
+
+
+def cell_provenance(record: dict) -> dict:
+    """What a rendered number needs beside it, from a complete cell's record: its row, seed and config, the
+    training epochs of each session (footnote 5's retraining is a second session), wall time, hardware, commit
+    and start time."""
+    sessions: dict[int, int] = {}
+    for h in record.get("history") or []:
+        if h.get("stage", "train") == "train":
+            sessions[int(h.get("session", 1))] = sessions.get(int(h.get("session", 1)), 0) + 1
+    git = record.get("git") or {}
+    commit = str(git.get("commit", "unknown"))[:10] + ("+dirty" if git.get("dirty") else "")
+    return {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
+            "epochs": [sessions[k] for k in sorted(sessions)], "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
+            "wall_time_s": record.get("wall_time_s"),
+            "hardware": hardware_summary(record["hardware"]) if record.get("hardware") else "n/a",
+            "commit": commit, "started": record.get("started")}
 
 
 def training_command(cells_json: Path) -> str | None:
