@@ -11,11 +11,13 @@ YAML's folder on Hydra's search path (``core.registry.load_plugins``; README, "A
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
+from core.errors import ConfigError
 from core.registry import Registry, import_submodules
 
 OBJECTIVES = Registry("objective", "name")
@@ -30,6 +32,10 @@ class ObjectiveConfig:
 
     name: str = "?"
     tie_weights: bool | None = None
+    # None: the loss over all N rows at once; an int: the output layer and its softmax loss chunk_rows rows at a
+    # time, the gradients formed in the forward pass (losses.fused.chunked_softmax_loss: no N x V tensor; the same
+    # values up to summation order). For the objectives whose ``supports_chunk_rows`` says so (MLE, RE, fused AGG).
+    chunk_rows: int | None = None
 
 
 @dataclass
@@ -95,6 +101,12 @@ class Objective(nn.Module):
     def after_update(self, model, step: int) -> None:
         """Called by the trainer after optimizer update ``step`` (the freezing experiments restore rows)."""
 
+    @staticmethod
+    def supports_chunk_rows(cfg) -> bool:
+        """Whether ``objective.chunk_rows`` applies to this objective with this config (the chunked kernel computes
+        the NLL, gated or not, and nothing else)."""
+        return False
+
     def token_nll(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the training NLL term, smoothed if configured; the plain mean NLL, detached)."""
         eps = self.label_smoothing
@@ -116,8 +128,19 @@ def add_to_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
         param.grad.add_(grad)
 
 
-def validate_objective(cfg: Any) -> None:
-    OBJECTIVES.entry(cfg)[0].validate_config(cfg)
+def validate_objective(cfg: Any, cls: type | None = None) -> None:
+    """The objective's own checks (``validate_config``) and whether ``chunk_rows`` applies to it; ``cls``: its
+    registered class, when the caller has looked it up already."""
+    cls = cls or OBJECTIVES.entry(cfg)[0]
+    chunk = cfg.get("chunk_rows") if hasattr(cfg, "get") else getattr(cfg, "chunk_rows", None)
+    if chunk is not None and not cls.supports_chunk_rows(cfg):
+        entries = {n: OBJECTIVES.entry(SimpleNamespace(name=n)) for n in OBJECTIVES.names()}
+        able = [n for n, (c, config_cls) in entries.items() if c.supports_chunk_rows(config_cls())]
+        raise ConfigError(f"objective.chunk_rows={chunk} is not supported by objective={cfg.name}"
+                          + (f" with implementation={cfg.implementation}" if cfg.get("implementation") else "")
+                          + f"; the chunked kernel computes only the (gated) NLL: use it with {', '.join(able)} "
+                          "(AGG: implementation=fused), or set objective.chunk_rows=null")
+    cls.validate_config(cfg)
 
 
 def build_objective(cfg: Any, vocab_size: int, label_smoothing: float = 0.0):

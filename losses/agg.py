@@ -81,7 +81,7 @@ from torch import nn
 
 from core.errors import ConfigError
 from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
-from losses.fused import fused_softmax_loss
+from losses.fused import chunked_softmax_loss, fused_softmax_loss
 
 IMPLEMENTATIONS = ("fused", "literal")
 
@@ -263,7 +263,14 @@ class AGG(Objective):
         loss, nll = loss_fn(hidden, model.output_embedding, model.output_bias, targets, g1, g2, rare_rows)
         return loss, nll, {}
 
+    @staticmethod
+    def supports_chunk_rows(cfg) -> bool:
+        return cfg.implementation == "fused"
+
     def fused_loss(self, h, W, b, targets, g1, g2, rare_rows):
+        if self.cfg.chunk_rows is not None and self.training:
+            return chunked_softmax_loss(h, W, b, targets, self.label_smoothing, gates=(g1, g2, rare_rows),
+                                        chunk_rows=self.cfg.chunk_rows)
         loss, nll, _ = fused_softmax_loss(h, W, b, targets, self.label_smoothing, gates=(g1, g2, rare_rows))
         return loss, nll
 

@@ -123,26 +123,107 @@ class _FusedSoftmaxLoss(torch.autograd.Function):
             if want_b:
                 grad_b = (gz.sum(0) * scale).to(b.dtype)
         else:
-            # AGG: column k of row i is scaled by g1[k] (target not rare) or g2[k] (rare target), the target's own
-            # entry by 1: g1 * (the plain sum over all rows) + (g2 - g1) * (the sum over the rare-target rows alone,
-            # a few; finding them is one host sync), then put back what the gates took from the own entries
-            rare_idx = rare_rows.nonzero().squeeze(1)
-            g1a, g2a = g1.to(acc), g2.to(acc)
-            fix = own.squeeze(1) * (1.0 - torch.where(rare_rows, g2a[targets], g1a[targets]))  # (N,)
-            if want_w:
-                hc = h.to(cdt)
-                gw = (gz_c.t() @ hc).to(acc).mul_(g1a.unsqueeze(1))
-                if rare_idx.numel():
-                    gw.add_((gz_c[rare_idx].t() @ hc[rare_idx]).to(acc).mul_((g2a - g1a).unsqueeze(1)))
-                gw.index_add_(0, targets, fix.unsqueeze(1) * h.to(acc))
-                grad_w = (gw * scale).to(W.dtype)
-            if want_b:
-                gb = gz.sum(0).mul_(g1a)
-                if rare_idx.numel():
-                    gb.add_(gz[rare_idx].sum(0).mul_(g2a - g1a))
-                gb.index_add_(0, targets, fix)
-                grad_b = (gb * scale).to(b.dtype)
+            gw, gb = _gated_output_grads(gz, gz_c, h, targets, own, g1, g2, rare_rows, want_w, want_b, cdt, acc)
+            grad_w = (gw * scale).to(W.dtype) if want_w else None
+            grad_b = (gb * scale).to(b.dtype) if want_b else None
         return grad_h, grad_w, grad_b, None, None, None, None, None, None, None, None, None
+
+
+def _gated_output_grads(gz, gz_c, h, targets, own, g1, g2, rare_rows, want_w: bool, want_b: bool, cdt, acc):
+    """AGG's (unscaled) gradients of W and b from the logit gradient ``gz`` (``gz_c``: the same in the matmul dtype):
+    column k of row i is scaled by g1[k] (target not rare) or g2[k] (rare target), the target's own entry by 1:
+    g1 * (the plain sum over all rows) + (g2 - g1) * (the sum over the rare-target rows alone, a few; finding them is
+    one host sync), then what the gates took from the own entries ``own`` (N, 1) is put back. (None, None) parts
+    that are not wanted."""
+    rare_idx = rare_rows.nonzero().squeeze(1)
+    g1a, g2a = g1.to(acc), g2.to(acc)
+    fix = own.squeeze(1) * (1.0 - torch.where(rare_rows, g2a[targets], g1a[targets]))  # (N,)
+    gw = gb = None
+    if want_w:
+        hc = h.to(cdt)
+        gw = (gz_c.t() @ hc).to(acc).mul_(g1a.unsqueeze(1))
+        if rare_idx.numel():
+            gw.add_((gz_c[rare_idx].t() @ hc[rare_idx]).to(acc).mul_((g2a - g1a).unsqueeze(1)))
+        gw.index_add_(0, targets, fix.unsqueeze(1) * h.to(acc))
+    if want_b:
+        gb = gz.sum(0).mul_(g1a)
+        if rare_idx.numel():
+            gb.add_(gz[rare_idx].sum(0).mul_(g2a - g1a))
+        gb.index_add_(0, targets, fix)
+    return gw, gb
+
+
+class _ChunkedSoftmaxLoss(torch.autograd.Function):
+    """The NLL (AGG: gated) loss of ``fused_softmax_loss`` without UL, computed row chunk by row chunk with the
+    gradients formed in the forward pass: per chunk the logits, their log-normaliser, the logit gradient and its
+    products with W and h, so no (N, V) tensor ever exists (the largest is chunk x V); the backward only scales the
+    (N, d), (V, d) and (V,) results by dL/dloss / N."""
+
+    @staticmethod
+    def forward(ctx, h, W, b, targets, eps, g1, g2, rare_rows, chunk_rows):
+        n, v = targets.numel(), W.shape[0]
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        want_b = b is not None and ctx.needs_input_grad[2]
+        gated = g1 is not None
+        grad_h = grad_w = grad_b = None
+        nll_sum = smooth_sum = None
+        for start in range(0, n, chunk_rows):
+            hc, tc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
+            logits = nn.functional.linear(hc, W, b)  # bf16 under autocast
+            cdt = logits.dtype
+            acc = torch.float64 if cdt == torch.float64 else torch.float32
+            z = logits.to(acc)
+            del logits
+            lse = torch.logsumexp(z, dim=-1)
+            col = tc.unsqueeze(1)
+            part = (lse - z.gather(1, col).squeeze(1)).sum()
+            nll_sum = part if nll_sum is None else nll_sum + part
+            if eps:
+                part = (lse - z.mean(-1)).sum()
+                smooth_sum = part if smooth_sum is None else smooth_sum + part
+            gz = z.sub_(lse.unsqueeze(1)).exp_()  # p, in place of the chunk's logits
+            if eps:
+                gz.sub_(eps / v)
+            own = gz.gather(1, col) - (1.0 - eps)
+            gz.scatter_(1, col, own)
+            gz_c = gz if gz.dtype == cdt else gz.to(cdt)
+            if want_h:
+                if grad_h is None:
+                    grad_h = torch.empty(n, h.shape[1], dtype=acc, device=h.device)
+                grad_h[start:start + chunk_rows] = (gz_c @ W.to(cdt)).to(acc)
+            if gated:
+                gw, gb = _gated_output_grads(gz, gz_c, hc, tc, own, g1, g2, rare_rows[start:start + chunk_rows],
+                                             want_w, want_b, cdt, acc)
+            else:
+                gw = (gz_c.t() @ hc.to(cdt)).to(acc) if want_w else None
+                gb = gz.sum(0) if want_b else None
+            if gw is not None:
+                grad_w = gw if grad_w is None else grad_w.add_(gw)
+            if gb is not None:
+                grad_b = gb if grad_b is None else grad_b.add_(gb)
+        nll = nll_sum / max(n, 1)
+        term = nll if not eps else (1.0 - eps) * nll + eps * smooth_sum / max(n, 1)
+        loss = (2.0 if gated else 1.0) * term
+        ctx.save_for_backward(grad_h, grad_w, grad_b)
+        ctx.n, ctx.dtypes = max(n, 1), (h.dtype, W.dtype, b.dtype if b is not None else None)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        out = []
+        for g, dtype in zip((grad_h, grad_w, grad_b), ctx.dtypes):
+            out.append(None if g is None else (g * (grad_loss.to(g.dtype) / ctx.n)).to(dtype))
+        return (*out, None, None, None, None, None, None)
+
+
+def chunked_softmax_loss(h, W, b, targets, eps: float = 0.0, gates=None, chunk_rows: int = 1024):
+    """(loss, nll): ``fused_softmax_loss``'s value and gradients for the NLL (AGG: ``gates``) without UL, computed
+    ``chunk_rows`` rows at a time with the gradients formed in the forward pass (``_ChunkedSoftmaxLoss``). For one
+    backward per forward (the training step); a second backward through the same graph is refused by autograd."""
+    g1, g2, rare_rows = gates if gates is not None else (None, None, None)
+    return _ChunkedSoftmaxLoss.apply(h, W, b, targets, float(eps), g1, g2, rare_rows, int(chunk_rows))
 
 
 def fused_softmax_loss(h, W, b, targets, eps: float = 0.0, gates=None, candidates=None, alpha: float = 0.0,

@@ -16,6 +16,7 @@ import torch
 
 from core.errors import ConfigError
 from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from losses.fused import chunked_softmax_loss
 
 
 @dataclass
@@ -39,7 +40,15 @@ class MLE(Objective):
     def validate_config(cfg) -> None:
         pass
 
+    @staticmethod
+    def supports_chunk_rows(cfg) -> bool:
+        return True
+
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        if self.cfg.chunk_rows is not None and self.training:
+            loss, nll = chunked_softmax_loss(hidden, model.output_embedding, model.output_bias, targets,
+                                             self.label_smoothing, chunk_rows=self.cfg.chunk_rows)
+            return ObjectiveOutput(token_loss=loss, nll=nll.detach())
         loss, nll = self.token_nll(model.logits(hidden), targets)
         return ObjectiveOutput(token_loss=loss, nll=nll)
 

@@ -47,6 +47,10 @@ class ULAGG(AGG):
     gate_ul = False  # AGG gates the NLL part of W's gradient only
 
     @staticmethod
+    def supports_chunk_rows(cfg) -> bool:
+        return False  # the UL term is not in the chunked kernel
+
+    @staticmethod
     def validate_config(cfg) -> None:
         AGG.validate_config(cfg)
         if cfg.alpha_ul < 0:

@@ -185,3 +185,70 @@ def test_layout_length_known_on_the_host():
     read = unlikelihood_candidates(y, lay)
     for i in range(y.numel()):
         assert sorted(known[0][i][known[1][i]].tolist()) == sorted(read[0][i][read[1][i]].tolist())
+
+
+# ---- the chunked kernel (objective.chunk_rows): gradients formed in the forward pass, chunk by chunk ---------------
+@pytest.mark.parametrize("chunk", [1, 5, N, 4 * N])  # one row, chunks that do not divide N, one chunk, larger than N
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [False, True])
+def test_chunked_mle_equals_autograd_cross_entropy(chunk, eps, bias):
+    from losses.fused import chunked_softmax_loss
+
+    h, W, b, y, _, _, _ = case(4, bias)
+
+    def chunked(h, W, b):
+        return chunked_softmax_loss(h, W, b, y, eps, chunk_rows=chunk)[0]
+
+    def unfused(h, W, b):
+        return F.cross_entropy(F.linear(h, W, b), y, label_smoothing=eps)
+
+    assert_close(grads(chunked, h, W, b), grads(unfused, h, W, b))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4 * N])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("gate1,gate2", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("seed", range(2))
+def test_chunked_agg_equals_the_literal_three_logit_form(chunk, eps, gate1, gate2, seed):
+    """Through the objectives: AGG with objective.chunk_rows against AGG's literal (official) form, in training mode."""
+    chunked_obj = make("agg", eps, gate1=gate1, gate2=gate2, chunk_rows=chunk)
+    literal_obj = make("agg", eps, gate1=gate1, gate2=gate2, implementation="literal")
+    h, W, b, y, layout, a, rare = case(seed, True)
+    g1, g2 = agg_gates(a, rare, gate1, gate2)
+    assert rare[y].any() and (~rare[y]).any()  # both row groups are present
+
+    def run(obj):
+        return lambda h, W, b: obj.gated_loss(h, y, OutputLayer(W, b), g1, g2, rare[y], layout)[0]
+
+    assert_close(grads(run(chunked_obj), h, W, b), grads(run(literal_obj), h, W, b))
+
+
+def test_chunked_objectives_in_training_only_and_the_reported_nll():
+    """MLE with chunk_rows reports the plain mean NLL (detached); in eval mode it takes the default path (no
+    gradients to form), with the same value."""
+    obj = make("mle", chunk_rows=5)
+    h, W, b, y, _, _, _ = case(5, True)
+    layer = OutputLayer(W.clone().requires_grad_(True), b)
+    out = obj(h, y, layer)
+    ref = F.cross_entropy(F.linear(h, W, b), y)
+    assert out.nll.item() == pytest.approx(ref.item(), rel=1e-12) and not out.nll.requires_grad
+    assert out.token_loss.requires_grad
+    obj.eval()
+    with torch.no_grad():
+        assert obj(h, y, layer).token_loss.item() == pytest.approx(ref.item(), rel=1e-12)
+
+
+def test_chunked_bf16_autocast_is_close_to_float32():
+    from losses.fused import chunked_softmax_loss
+
+    h, W, b, y, _, _, _ = case(6, dtype=torch.float32)
+
+    def chunked(h, W, b):
+        return chunked_softmax_loss(h, W, b, y, 0.0, chunk_rows=7)[0]
+
+    ref = grads(chunked, h, W, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = grads(chunked, h, W, b)
+    for gl, gr in zip(low[1], ref[1]):
+        assert gl.dtype == gr.dtype == torch.float32
+        assert torch.allclose(gl, gr, atol=3e-2 * gr.abs().max().item())

@@ -106,3 +106,33 @@ def test_vd_lstm_model_backward_on_gpu():
     out = model(torch.randint(0, 100, (30, 4), device="cuda"), model.init_state(4))
     model.logits(out.hidden).logsumexp(-1).mean().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_chunked_softmax_loss_on_gpu_equals_the_fused_one(gated):
+    """objective.chunk_rows on CUDA: the chunked kernel's loss and gradients against the fused kernel's, in fp32 (to
+    summation order) and under bf16 autocast (to bf16's precision), MLE and AGG-gated."""
+    from losses.fused import chunked_softmax_loss, fused_softmax_loss
+
+    g = torch.Generator().manual_seed(0)
+    n, d, v = 300, 32, 1000
+    h, W, b = torch.randn(n, d, generator=g), torch.randn(v, d, generator=g) * 0.1, torch.randn(v, generator=g)
+    y = torch.randint(0, v, (n,), generator=g)
+    gates = None
+    if gated:
+        rare = torch.zeros(v, dtype=torch.bool)
+        rare[::7] = True
+        g1, g2 = torch.rand(v, generator=g), torch.rand(v, generator=g)
+        gates = (g1.cuda(), g2.cuda(), rare[y].cuda())
+
+    def run(fn, autocast):
+        leaves = [t.cuda().requires_grad_(True) for t in (h, W, b)]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = fn(*leaves, y.cuda(), 0.1, gates)[0]
+        return [loss.detach()] + list(torch.autograd.grad(loss, leaves))
+
+    for autocast, tol in ((False, 1e-5), (True, 3e-2)):
+        chunked = run(lambda *a: chunked_softmax_loss(*a, chunk_rows=64), autocast)
+        fused = run(fused_softmax_loss, autocast)
+        for c, f in zip(chunked, fused):
+            assert torch.allclose(c, f, rtol=tol, atol=tol * f.abs().max().item()), (autocast, (c - f).abs().max())

@@ -507,7 +507,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
     # and before anything computes with them (a NaN width would end in a traceback inside apply_scale)
     check_domains(cfg)
     _check_scale_record(cfg)
-    from losses import OBJECTIVES
+    from losses import OBJECTIVES, validate_objective
     from models import MODELS, resolve_tie
 
     # the one lookup of each registry: the classes that scale, validate and check tying below
@@ -517,7 +517,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
         _check_choice(cfg, key, allowed)
     _check_data_model(cfg)
     model_cls.validate_config(cfg.model)
-    objective_cls.validate_config(cfg.objective)
+    validate_objective(cfg.objective, objective_cls)
     # one canonical place for tying, so `objective.tie_weights: null` and an explicit equal value hash alike
     tie = resolve_tie(cfg.model, cfg.objective)
     try:
@@ -555,7 +555,8 @@ def _drop(container: dict, dotted: str) -> None:
 # keep the hashes (and the ledger entries) they had before the key existed
 HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split",
                            "trainer.early_stopping_on": "valid", "trainer.early_stopping_min_delta": 0.0,
-                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None}
+                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None,
+                           "objective.chunk_rows": None}
 
 
 def hashed_view(cfg: DictConfig) -> dict:

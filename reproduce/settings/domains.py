@@ -47,6 +47,7 @@ DOMAINS: dict[str, str] = {
     "model.pad_id": "int>=0",
     # objectives (conf/objective/*.yaml)
     "objective.alpha": "float>=0",
+    "objective.chunk_rows": "int>0",
     "objective.alpha_ul": "float>=0",
     "objective.beta": "[0,1]",
     "objective.c1": "float>=0",

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 25 item 1, for the next lease: objective.chunk_rows (losses/fused.py chunked_softmax_loss: the output layer
+# and its loss chunk by chunk, gradients formed in the forward pass, no N x V logits) against the default kernels on
+# GPT-2-medium (bf16, compiled, 2 x 16 x 1,024 a micro-batch, the best setting so far), interleaved twice, then the
+# largest micro-batch that the saved memory allows (1 x 32 x 1,024); MLE and AGG on each side. Everything lands in
+# $OUT. Carry ".whl". ~6 min of device time.   bash scripts/device_bench_chunked.sh [CHUNK_ROWS]
+set -uo pipefail
+chunk=${1:-4096}
+. scripts/device_env.sh
+timeout 90 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -4 | tee "$OUT/gpu_tests.txt"
+objs=(mle "mle:chunk_rows=$chunk" agg "agg:chunk_rows=$chunk")
+lm=(--models gpt2_medium --precision bf16 --steps 6 --warmup 3 --compile)
+mkdir -p /tmp/bench
+pack() { tar czf "$OUT/bench.tgz" -C /tmp/bench .; }  # after every bench: a call cut off still returns what finished
+for r in 1 2; do
+  timeout 150 python3 scripts/bench.py "${lm[@]}" --batch-size 16 --update-freq 2 --objectives "${objs[@]}" \
+    --out /tmp/bench/lm-bs16-$r.json 2>&1 | grep -v USDT; pack
+done
+timeout 150 python3 scripts/bench.py "${lm[@]}" --batch-size 32 --update-freq 1 --objectives "${objs[@]}" \
+  --out /tmp/bench/lm-bs32.json 2>&1 | grep -v USDT; pack
+echo "done in ${SECONDS}s"
