@@ -132,12 +132,15 @@ def validate_objective(cfg: Any, cls: type | None = None) -> None:
     """The objective's own checks (``validate_config``) and whether ``chunk_rows`` applies to it; ``cls``: its
     registered class, when the caller has looked it up already."""
     cls = cls or OBJECTIVES.entry(cfg)[0]
-    chunk = cfg.get("chunk_rows") if hasattr(cfg, "get") else getattr(cfg, "chunk_rows", None)
+    def value(key):
+        return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+
+    chunk = value("chunk_rows")
     if chunk is not None and not cls.supports_chunk_rows(cfg):
         entries = {n: OBJECTIVES.entry(SimpleNamespace(name=n)) for n in OBJECTIVES.names()}
         able = [n for n, (c, config_cls) in entries.items() if c.supports_chunk_rows(config_cls())]
         raise ConfigError(f"objective.chunk_rows={chunk} is not supported by objective={cfg.name}"
-                          + (f" with implementation={cfg.implementation}" if cfg.get("implementation") else "")
+                          + (f" with implementation={value('implementation')}" if value("implementation") else "")
                           + f"; the chunked kernel computes only the (gated) NLL: use it with {', '.join(able)} "
                           "(AGG: implementation=fused), or set objective.chunk_rows=null")
     cls.validate_config(cfg)
