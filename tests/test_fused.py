@@ -252,3 +252,22 @@ def test_chunked_bf16_autocast_is_close_to_float32():
     for gl, gr in zip(low[1], ref[1]):
         assert gl.dtype == gr.dtype == torch.float32
         assert torch.allclose(gl, gr, atol=3e-2 * gr.abs().max().item())
+
+
+@pytest.mark.parametrize("name,extra", [("al", {}), ("real", {}), ("ul", {}), ("ul_agg", {}), ("cosreg", {}),
+                                        ("agg", {"implementation": "literal"})])
+def test_chunk_rows_is_refused_where_the_kernel_does_not_apply(name, extra):
+    from losses import validate_objective
+
+    cfg = OmegaConf.merge(OmegaConf.structured(_config_cls(name)), {"name": name, "chunk_rows": 8, **extra})
+    with pytest.raises(ConfigError, match=rf"objective.chunk_rows=8 is not supported by objective={name}.*agg, mle, re"):
+        validate_objective(cfg)
+    validate_objective(OmegaConf.merge(cfg, {"chunk_rows": None}))  # the same config without it is fine
+
+
+def _config_cls(name):
+    from types import SimpleNamespace
+
+    from losses import OBJECTIVES
+
+    return OBJECTIVES.entry(SimpleNamespace(name=name))[1]
