@@ -129,13 +129,15 @@ class _FusedSoftmaxLoss(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None, None, None, None, None, None
 
 
-def _gated_output_grads(gz, gz_c, h, targets, own, g1, g2, rare_rows, want_w: bool, want_b: bool, cdt, acc):
+def _gated_output_grads(gz, gz_c, h, targets, own, g1, g2, rare_rows, want_w: bool, want_b: bool, cdt, acc,
+                        rare_idx=None):
     """AGG's (unscaled) gradients of W and b from the logit gradient ``gz`` (``gz_c``: the same in the matmul dtype):
     column k of row i is scaled by g1[k] (target not rare) or g2[k] (rare target), the target's own entry by 1:
     g1 * (the plain sum over all rows) + (g2 - g1) * (the sum over the rare-target rows alone, a few; finding them is
     one host sync), then what the gates took from the own entries ``own`` (N, 1) is put back. (None, None) parts
-    that are not wanted."""
-    rare_idx = rare_rows.nonzero().squeeze(1)
+    that are not wanted. ``rare_idx``: the rare-target rows' indices when the caller has them (no host sync here)."""
+    if rare_idx is None:
+        rare_idx = rare_rows.nonzero().squeeze(1)
     g1a, g2a = g1.to(acc), g2.to(acc)
     fix = own.squeeze(1) * (1.0 - torch.where(rare_rows, g2a[targets], g1a[targets]))  # (N,)
     gw = gb = None
@@ -167,7 +169,11 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
         gated = g1 is not None
         grad_h = grad_w = grad_b = None
         nll_sum = smooth_sum = None
-        for start in range(0, n, chunk_rows):
+        if gated:  # the rare-target rows of every chunk with one host sync for the whole batch, not one a chunk
+            rare_all = rare_rows.nonzero().squeeze(1)
+            starts = torch.arange(0, n, chunk_rows, device=rare_all.device)
+            bounds = torch.searchsorted(rare_all, torch.cat([starts, starts.new_tensor([n])])).tolist()
+        for k, start in enumerate(range(0, n, chunk_rows)):
             hc, tc = h[start:start + chunk_rows], targets[start:start + chunk_rows]
             logits = nn.functional.linear(hc, W, b)  # bf16 under autocast
             cdt = logits.dtype
@@ -193,7 +199,7 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
                 grad_h[start:start + chunk_rows] = (gz_c @ W.to(cdt)).to(acc)
             if gated:
                 gw, gb = _gated_output_grads(gz, gz_c, hc, tc, own, g1, g2, rare_rows[start:start + chunk_rows],
-                                             want_w, want_b, cdt, acc)
+                                             want_w, want_b, cdt, acc, rare_all[bounds[k]:bounds[k + 1]] - start)
             else:
                 gw = (gz_c.t() @ hc.to(cdt)).to(acc) if want_w else None
                 gb = gz.sum(0) if want_b else None
