@@ -6,13 +6,16 @@
 # Run on the device machine from the repository root, carrying .whl (../shared/tools/device-wheels.sh) and
 # .data (a copy of ../shared/data: ptb, wikitext-2, word-sim).
 # Usage: bash scripts/device_lite.sh SECONDS SLOTS TABLES
+# Other scales and single rows (issue 25 item 3: a paper cell alone, continued by a second call on the warm machine,
+# whose ledger stays between calls):  SCALE=paper ROWS='["Medium (650 units) / VD-LSTM"]' bash scripts/device_lite.sh 540 1 inan2017_t1
 set -uo pipefail
-secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}
+secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}; scale=${SCALE:-lite}
+rows=(); [ -n "${ROWS:-}" ] && rows=("rows=$ROWS")
 . scripts/device_env.sh
 export OMP_NUM_THREADS=2
 gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
 start=$(date +%s)
-timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" scale=lite "launch.gpus=$gpus" \
+timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" "scale=$scale" "launch.gpus=$gpus" "${rows[@]}" \
   progress=false > "$OUT/table.log" 2>&1
 echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
 tail -40 "$OUT/table.log"
