@@ -55,7 +55,7 @@ def test_an_objective_from_a_temporary_folder_trains_through_the_entrypoint(tmp_
     (record_path,) = (tmp_path / "out" / "runs").glob("*/result.json")
     record = json.loads(record_path.read_text())
     assert record["status"] == "complete" and record["choices"]["objective"] == "scaled_mle"
-    assert record["config"]["objective"] == {"name": "scaled_mle", "tie_weights": False, "weight": 0.25}
+    assert record["config"]["objective"] == {"name": "scaled_mle", "tie_weights": False, "chunk_rows": None, "weight": 0.25}
     assert mark.read_text() == "0.25"  # its forward ran, with the YAML's value
 
 
