@@ -94,3 +94,16 @@ def test_a_missing_ledger_and_a_corrupt_record_are_one_clear_line(tmp_path, caps
     assert "ffff" in out and "corrupt record" in out
     assert (tmp_path / "ffff" / "result.json").read_text() == before  # read only: nothing moved or changed
     assert main(["--runs-dir", str(tmp_path / "ffff" / "..")]) == 0
+
+
+def test_plot_of_the_learning_curves_so_far(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _write(runs, "aaaa", "running", [_epoch(1, 200.0), _epoch(2, 150.0)])
+    _write(runs, "bbbb", "preempted", [])  # no epoch yet: not drawn
+    png = tmp_path / "curves.png"
+    assert main(["--runs-dir", str(runs), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "wrote" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    _write(empty, "cccc", "preempted", [])
+    assert main(["--runs-dir", str(empty), "--plot", str(tmp_path / "none.png")]) == 0
+    assert not (tmp_path / "none.png").exists() and "no run has finished an epoch" in capsys.readouterr().err

@@ -22,6 +22,7 @@ examples:
   python -m reproduce.status                          # runs training, stopped or failed in outputs/runs
   python -m reproduce.status --scale paper --all      # every paper-scale run, complete ones included
   python -m reproduce.status --json                   # the same facts, one JSON object per run
+  python -m reproduce.status --plot outputs/curves.png  # and their learning curves so far
   make status
 
 where next:
@@ -131,6 +132,25 @@ def format_row(row: dict) -> str:
     return "\n".join(lines)
 
 
+def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path) -> Path | None:
+    """The runs' learning curves so far (analysis.figures.plot_validation_curves: one line a run, re-training
+    sessions dotted, training PPL faint); None (and a line saying so) when no run has finished an epoch."""
+    from analysis.figures import plot_validation_curves
+
+    ledger = Ledger(runs_dir)
+    series = []
+    for row in rows:
+        if row["facts"] is None:
+            continue
+        record = ledger.load(row["hash"]) or {}
+        series.append((f"{row['label']} [{row['hash'][:8]}]", None, record.get("history") or []))
+    out = plot_validation_curves(series, Path(path), f"{runs_dir}: learning curves so far", show_train=True) \
+        if series else None
+    print(f"repdegen: wrote {out}" if out else f"repdegen: no run has finished an epoch yet; {path} not written",
+          file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reproduce.status", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -142,12 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", choices=["smoke", "lite", "paper"], help="only runs of this scale")
     parser.add_argument("--all", action="store_true", help="the complete runs too")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    parser.add_argument("--plot", metavar="PNG", help="also draw the listed runs' validation (and faint training) PPL "
+                                                     "per epoch so far into this PNG")
     args = parser.parse_args(argv)
     if not Path(args.runs_dir).is_dir():
         print(f"repdegen: no run ledger at {args.runs_dir!r} (no run has been trained there yet); pass the folder "
               f"with --runs-dir (the `paths.runs_dir` the runs used)", file=sys.stderr)
         return 2
     rows = collect(args.runs_dir, args.scale, args.all)
+    if args.plot:
+        plot_runs(args.runs_dir, rows, args.plot)
     if args.json:
         for row in rows:
             print(json.dumps(row))
