@@ -76,3 +76,39 @@ def test_compiled_model_gives_the_eager_losses(compose_cfg, objective):
         losses[compile_] = out
     assert len(losses[True]) == 2
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+def _old_update(t, group, lr):
+    """``train_update`` as it was before the update-wide autocast context: one autocast context a micro-batch (the
+    bf16 weight copies cast again for each), backward outside it; MLE, no clipping, no penalty (VD_SMOKE)."""
+    for g in t.optimizer.param_groups:
+        g["lr"] = lr
+    t.optimizer.zero_grad(set_to_none=True)
+    total = sum(t.task.n_targets(b) for b in group)
+    for b in group:
+        with t.autocast():
+            loss, _, n = t.task.loss(t.forward_model, t.objective, b, t.state.updates)
+        (loss * (n / total)).backward()
+    t.optimizer.step()
+
+
+def test_bf16_update_casts_the_weights_once_and_gives_the_same_numbers(compose_cfg):
+    """Under bf16 autocast an update of two micro-batches gives bit-identical parameters with one autocast context
+    for the whole update (the weights' bf16 copies cached across micro-batches) as with one context a micro-batch,
+    and casts fewer tensors (aten::_to_copy, counted by the profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    args = ("objective=mle", "optim.name=sgd", "optim.lr=0.5", "trainer.update_freq=2", "trainer.precision=bf16")
+    new, old = make_trainer(compose_cfg, *args), make_trainer(compose_cfg, *args)
+    casts = {}
+    for name, t, step in (("new", new, lambda t, g: t.train_update(g, 0.5)), ("old", old, lambda t, g: _old_update(t, g, 0.5))):
+        batches = t.task.train_batches(1, "train")
+        t.model.train()
+        t.task.begin_epoch(t.model)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(t, batches)
+        casts[name] = sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+    for (name, a), b in zip(new.model.named_parameters(), old.params):
+        assert torch.equal(a, b), name
+    assert any((a != b).any() for a, b in zip(new.params, make_trainer(compose_cfg, *args).params))  # it trained
+    assert casts["new"] < casts["old"], casts

@@ -96,6 +96,9 @@ class Trainer:
         """bf16 autocast on the forward pass and the loss (``trainer.precision=bf16``)."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=optim.use_bf16(self.t.precision, self.device))
 
+    def no_autocast(self):
+        return torch.autocast(self.device.type, enabled=False)
+
     # ---------------------------------------------------------------------------------------------
     def checkpoint_path(self) -> Path:
         return self.run_dir / "checkpoint.pt"
@@ -149,25 +152,30 @@ class Trainer:
         n_tok = 0
         total = sum(task.n_targets(b) for b in group)
         world = dist.world_size()
-        for k, b in enumerate(group):
-            last = k == len(group) - 1
-            # DDP: accumulate locally, all-reduce during the last micro-batch's backward
-            sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
-            with sync:
-                with self.autocast():
+        # one autocast context over every micro-batch of the update: autocast keeps its bf16 copies of the weights
+        # until the outermost context exits, so they are cast once an update, not once a micro-batch (the weights do
+        # not change in between: the same numbers); the backward passes run with autocast off, as before
+        with self.autocast():
+            for k, b in enumerate(group):
+                last = k == len(group) - 1
+                # DDP: accumulate locally, all-reduce during the last micro-batch's backward
+                sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
+                with sync:
                     if self.ddp is None:
                         loss, b_nll_sum, b_tok = task.loss(self.forward_model, objective, b, self.state.updates)
                     else:
                         loss, b_nll_sum, b_tok = self.ddp(b, self.state.updates, last)
-                if loss is None:  # this rank's shard of the micro-batch is empty
-                    continue
-                weight = b_tok / total * world  # DDP averages over the ranks
-                (loss if weight == 1.0 else loss * weight).backward()
-            if b_tok:
-                finite &= torch.isfinite(loss.detach())
-                nll_sum += b_nll_sum
-                loss_sum += loss.detach().double() * b_tok
-                n_tok += b_tok
+                    if loss is None:  # this rank's shard of the micro-batch is empty
+                        continue
+                    with self.no_autocast():
+                        weight = b_tok / total * world  # DDP averages over the ranks
+                        (loss if weight == 1.0 else loss * weight).backward()
+                if b_tok:
+                    with self.no_autocast():
+                        finite &= torch.isfinite(loss.detach())
+                        nll_sum += b_nll_sum
+                        loss_sum += loss.detach().double() * b_tok
+                    n_tok += b_tok
         objective.update_penalty(model, self.state.updates)  # after the all-reduce: every rank adds the same term once
         if self.o.clip_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.params, self.o.clip_grad_norm)
