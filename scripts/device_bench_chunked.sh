@@ -3,7 +3,7 @@
 # and its loss chunk by chunk, gradients formed in the forward pass, no N x V logits) against the default kernels on
 # GPT-2-medium (bf16, compiled, 2 x 16 x 1,024 a micro-batch, the best setting so far), interleaved twice, then the
 # largest micro-batch that the saved memory allows (1 x 32 x 1,024); MLE and AGG on each side. Everything lands in
-# $OUT. Carry ".whl". ~6 min of device time.   bash scripts/device_bench_chunked.sh [CHUNK_ROWS]
+# $OUT. Carry ".whl" (and ".base", below). ~6-8 min of device time.   bash scripts/device_bench_chunked.sh [CHUNK_ROWS]
 set -uo pipefail
 chunk=${1:-4096}
 . scripts/device_env.sh
@@ -18,4 +18,17 @@ for r in 1 2; do
 done
 timeout 150 python3 scripts/bench.py "${lm[@]}" --batch-size 32 --update-freq 1 --objectives "${objs[@]}" \
   --out /tmp/bench/lm-bs32.json 2>&1 | grep -v USDT; pack
+# the update-wide autocast context (commit after 0d9ffcd): MLE at the recipe's 4 x 8 x 1,024, eager, where the
+# per-micro-batch weight casts weigh most, A/B against the code before it if carried as .base
+# (here, before the call:  mkdir .base && git archive 0d9ffcd | tar -x -C .base; carry ".whl" and ".base")
+if [ -d .base ]; then
+  rec=(--models gpt2_medium --precision bf16 --steps 6 --warmup 3 --batch-size 8 --update-freq 4 --objectives mle)
+  for r in 1 2; do
+    for side in base new; do
+      dir=$PWD; [ "$side" = base ] && dir=$PWD/.base
+      (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout 80 python3 scripts/bench.py "${rec[@]}" \
+        --out /tmp/bench/recipe-$side-$r.json) 2>&1 | grep -v USDT; pack
+    done
+  done
+fi
 echo "done in ${SECONDS}s"
