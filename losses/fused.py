@@ -207,6 +207,8 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
                 grad_w = gw if grad_w is None else grad_w.add_(gw)
             if gb is not None:
                 grad_b = gb if grad_b is None else grad_b.add_(gb)
+        if nll_sum is None:  # no rows: a zero loss, no gradient (autograd reads None as zero)
+            nll_sum = smooth_sum = h.new_zeros((), dtype=torch.float64 if h.dtype == torch.float64 else torch.float32)
         nll = nll_sum / max(n, 1)
         term = nll if not eps else (1.0 - eps) * nll + eps * smooth_sum / max(n, 1)
         loss = (2.0 if gated else 1.0) * term

@@ -271,3 +271,14 @@ def _config_cls(name):
     from losses import OBJECTIVES
 
     return OBJECTIVES.entry(SimpleNamespace(name=name))[1]
+
+
+def test_chunked_with_no_rows_is_a_zero_loss_without_gradient():
+    from losses.fused import chunked_softmax_loss
+
+    W = torch.randn(V, D, dtype=torch.float64, requires_grad=True)
+    loss, nll = chunked_softmax_loss(torch.zeros(0, D, dtype=torch.float64), W, None, torch.zeros(0, dtype=torch.long),
+                                     0.1, chunk_rows=4)
+    assert loss.item() == 0.0 and nll.item() == 0.0
+    loss.backward()
+    assert W.grad is None or not W.grad.any()
