@@ -169,6 +169,7 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
         gated = g1 is not None
         grad_h = grad_w = grad_b = None
         nll_sum = smooth_sum = None
+        w_c = None  # W in the matmuls' dtype, cast once for all chunks
         if gated:  # the rare-target rows of every chunk with one host sync for the whole batch, not one a chunk
             rare_all = rare_rows.nonzero().squeeze(1)
             starts = torch.arange(0, n, chunk_rows, device=rare_all.device)
@@ -196,7 +197,9 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
             if want_h:
                 if grad_h is None:
                     grad_h = torch.empty(n, h.shape[1], dtype=acc, device=h.device)
-                grad_h[start:start + chunk_rows] = (gz_c @ W.to(cdt)).to(acc)
+                if w_c is None:
+                    w_c = W.to(cdt)
+                grad_h[start:start + chunk_rows] = (gz_c @ w_c).to(acc)
             if gated:
                 gw, gb = _gated_output_grads(gz, gz_c, hc, tc, own, g1, g2, rare_rows[start:start + chunk_rows],
                                              want_w, want_b, cdt, acc, rare_all[bounds[k]:bounds[k + 1]] - start)
