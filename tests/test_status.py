@@ -45,6 +45,15 @@ def test_epoch_facts_hand_worked():
     assert epoch_facts({"config": {}, "history": []}) is None
 
 
+def test_epoch_time_ignores_one_stretched_epoch():
+    """The median of the last 5 epochs' times: an epoch that a stop or a pause stretched to 900 s (as a resumed
+    epoch's wall time is) leaves the estimate at the others' 120 s, where a mean would say 276 s."""
+    history = [_epoch(1, 100.0), _epoch(2, 99.0, seconds=880.0), _epoch(3, 98.0), _epoch(4, 97.0), _epoch(5, 96.0)]
+    f = epoch_facts({"config": {"trainer": TRAINER}, "history": history})
+    assert f["epoch_seconds"] == pytest.approx(120.0)
+    assert f["seconds_left_at_most"] == pytest.approx((5 + 10) * 120.0)
+
+
 def test_states_and_the_continue_command(tmp_path):
     _write(tmp_path, "aaaa", "running", [_epoch(1, 200.0), _epoch(2, 150.0)])            # its process died
     _write(tmp_path, "bbbb", "running", [_epoch(1, 210.0)], label="inan2017/small/re")  # trained now (lock below)

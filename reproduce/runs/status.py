@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -36,9 +37,10 @@ def _fmt_seconds(s: float) -> str:
 
 
 def epoch_facts(record: dict) -> dict | None:
-    """A run's progress from its record: the last training epoch, its session, the epoch time (mean of the last 5,
-    validation included), the epochs left at most (every epoch up to ``trainer.max_epochs`` in every training session;
-    early stopping may end it sooner) and the best validation PPL so far. None before the first epoch."""
+    """A run's progress from its record: the last training epoch, its session, the epoch time (median of the last
+    5, validation included: one epoch stretched by a stop, a pause or a restart does not move it), the epochs left
+    at most (every epoch up to ``trainer.max_epochs`` in every training session; early stopping may end it sooner)
+    and the best validation PPL so far. None before the first epoch."""
     history = [h for h in record.get("history") or [] if h.get("stage", "train") == "train"]
     if not history:
         return None
@@ -48,7 +50,7 @@ def epoch_facts(record: dict) -> dict | None:
     last = history[-1]
     session = int(last.get("session", 1))
     seconds = [h["epoch_seconds"] + h.get("valid_seconds", 0.0) for h in history if "epoch_seconds" in h]
-    per_epoch = sum(seconds[-5:]) / len(seconds[-5:]) if seconds else 0.0
+    per_epoch = statistics.median(seconds[-5:]) if seconds else 0.0
     left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs
     this_session = [h for h in history if int(h.get("session", 1)) == session and _number(h.get("valid_ppl"))]
     best = min(this_session, key=lambda h: h["valid_ppl"]) if this_session else None
