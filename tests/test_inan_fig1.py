@@ -3,6 +3,10 @@ subspace distance reported by untied runs."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import pytest
 import torch
 
 from losses import build_objective
@@ -34,4 +38,12 @@ def test_fig1_run_uses_the_window_and_reports_the_subspace_distance(compose_cfg)
     record = train(cfg)
     assert record["corpus"]["used_tokens"]["train"] == 1000
     d = record["metrics"]["final"]["subspace_distance"]
-    assert 0.0 <= d <= 1.0
+    # recomputed from the best weights: ||P_L - P_W||_F / sqrt(2k), the projections onto the column spaces of L^T
+    # (V x d, the input embedding) and W (V x d, the output projection) from pinv
+    (run_dir,) = (Path(cfg.paths.output_dir) / "runs").iterdir()
+    weights = torch.load(run_dir / "best.pt", weights_only=False)["model"]
+    L, W = weights["embedding.weight"].double(), weights["output_weight"].double()
+    assert not torch.equal(L, W)
+    PL, PW = L @ torch.linalg.pinv(L), W @ torch.linalg.pinv(W)
+    assert d == pytest.approx(float(torch.linalg.norm(PL - PW) / math.sqrt(2 * L.shape[1])), rel=1e-6)
+    assert 0.0 < d < 1.0

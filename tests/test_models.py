@@ -205,12 +205,26 @@ def test_locked_and_embedding_dropout_masks():
 
 
 def test_ar_tar_regularization_formula():
-    cfg = AWDLSTMConfig(embedding_size=4, hidden_size=6, ar_alpha=2.0, tar_beta=1.0)
+    """AR on the dropped last-layer output, TAR on the undropped one (Merity et al.), with the undropped output
+    computed here by running the embedding and the LSTMs directly (only the final dropout on)."""
+    torch.manual_seed(3)
+    cfg = AWDLSTMConfig(embedding_size=4, hidden_size=6, ar_alpha=2.0, tar_beta=1.0, dropout=0.5, dropouth=0.0,
+                        dropouti=0.0, dropoute=0.0, wdrop=0.0)
     model = build_model(cfg, vocab_size=9, tie_weights=True).train()
-    out = model(torch.randint(0, 9, (5, 3)), model.init_state(3))
-    raw = out.extras["raw_last"]
-    expected = 2.0 * out.hidden.pow(2).mean() + 1.0 * (raw[1:] - raw[:-1]).pow(2).mean()
-    assert model.regularization(out).item() == pytest.approx(expected.item())
+    tokens = torch.randint(0, 9, (5, 3))
+    out = model(tokens, model.init_state(3))
+    x = model.embedding(tokens)
+    for rnn in model.rnns:
+        x, _ = rnn(x)
+    assert torch.allclose(out.extras["raw_last"], x, atol=1e-6)
+    dropped = out.hidden
+    assert not torch.allclose(dropped, x)  # the final dropout is on
+    # locked dropout at 0.5: each feature of each sequence is 0 at every step or 2x at every step
+    kept = (dropped != 0).all(0)
+    assert torch.equal(kept, (dropped != 0).any(0))
+    assert torch.allclose(dropped, x * kept * 2.0, atol=1e-6)
+    expected = 2.0 * (x * kept * 2.0).pow(2).mean() + 1.0 * (x[1:] - x[:-1]).pow(2).mean()
+    assert model.regularization(out).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 # ------------------------------------------------------------------------------------ parameter counts

@@ -93,6 +93,22 @@ def test_yu_t5_at_smoke_computes_each_cells_continuations_once_and_registers_aga
             # the mean is over every prefix's count, and the examples are the first prefixes' counts
             assert len(data["uniq"]) == data["n"] and data["mean_uniq"] == pytest.approx(sum(data["uniq"]) / data["n"])
             assert [e["uniq"] for e in data["examples"]] == data["uniq"][:5]
+            assert (data["prefix_len"], data["steps"]) == (50, 100) and data["weights"] == "best.pt"
+            # the first prefixes again, by a brute-force greedy decoder: the whole sequence rerun at every step (no
+            # key/value cache), the argmax of the last position's logits with <pad> never chosen
+            model = lm.model.eval()
+            stoi = lm.corpus.vocab.stoi
+            forbid = [stoi["<pad>"]] if "<pad>" in stoi else []
+            max_positions = getattr(model.cfg, "max_positions", None)
+            for i in range(min(2, data["n"])):
+                seq, gen = lm.corpus.test[50 * i:50 * (i + 1)].tolist(), []
+                with torch.no_grad():
+                    for _ in range(100):
+                        ctx = (seq + gen)[-max_positions:] if max_positions else seq + gen
+                        z = model.logits(model(torch.tensor(ctx).unsqueeze(1), None).hidden[-1, 0]).double()
+                        z[forbid] = float("-inf")
+                        gen.append(int(z.argmax()))
+                assert len(set(gen)) == data["uniq"][i], f"prefix {i}"
             row = next(r for r in rows.values() if r["config_hash"] == h)
             assert float(row["cont_uniq_mean_ours"]) == pytest.approx(data["mean_uniq"], abs=0.05)
         md = (out / "table.md").read_text()

@@ -287,10 +287,10 @@ def test_group_geometry_trace_at_update_0_and_every_n(compose_cfg, tmp_path):
     to a direct computation on the weights saved at that point (the initial embedding; the last epoch's)."""
     from analysis.groups import frequency_groups, group_isotropy
 
-    rec = train(compose_cfg(*VD_SMOKE, "trainer.max_epochs=2", "scale.max_epochs=2", "trainer.analysis.geometry_every=3"))
+    rec = train(compose_cfg(*VD_SMOKE, "trainer.max_epochs=2", "scale.max_epochs=2", "trainer.analysis.geometry_every=5"))
     trace = rec["trace"]
     updates = [u for u, _ in trace["geom_isotropy_rare"]]
-    assert updates == list(range(0, rec["history"][-1]["updates"] + 1, 3))
+    assert updates == list(range(0, rec["history"][-1]["updates"] + 1, 5))
     assert set(trace) >= {f"geom_isotropy_{g}" for g in ("frequent", "medium", "rare")} | {"geom_cos_rare_frequent"}
     run_dir = tmp_path / "out" / "runs" / rec["config_hash"]
     init = torch.load(run_dir / "init_embedding.pt")
@@ -298,6 +298,21 @@ def test_group_geometry_trace_at_update_0_and_every_n(compose_cfg, tmp_path):
     direct = group_isotropy(init.float(), groups)
     for g in ("frequent", "medium", "rare"):
         assert trace[f"geom_isotropy_{g}"][0][1] == pytest.approx(direct[g], rel=1e-6)
+    # the last point: the weights after the last update, as the end-of-training checkpoint holds them (SGD: no
+    # averaged weights); a trace taken before the optimizer step, or of stale weights, would be one update behind
+    from analysis.groups import group_cosines
+
+    last = rec["history"][-1]["updates"]
+    if last % 5:  # the trace's last point is the last multiple of 5: it must be the final weights' update
+        pytest.fail(f"the run ends at update {last}, not a multiple of 5: pick geometry_every to divide it")
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
+    final = saved.get("output_weight", saved["embedding.weight"]).float()  # the output embedding (untied: W)
+    assert not torch.equal(final, init.float())
+    direct = group_isotropy(final, groups)
+    for g in ("frequent", "medium", "rare"):
+        assert trace[f"geom_isotropy_{g}"][-1] == [last, pytest.approx(direct[g], rel=1e-6)]
+    assert trace["geom_cos_rare_frequent"][-1] == [last, pytest.approx(group_cosines(final, groups)["rare_frequent"],
+                                                                         rel=1e-6, abs=1e-9)]
     # the trace leaves the hash of an untraced run alone (its default is left out of the hash)
     plain = compose_cfg(*VD_SMOKE, "trainer.max_epochs=2", "scale.max_epochs=2")
     assert config_hash(finalize(plain)) != rec["config_hash"]
