@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from models import build_model, validate_model
@@ -367,3 +368,63 @@ def test_scale_widths_keeps_heads_valid(compose_cfg, cls, name):
     small = cls.scale_widths(tiny_lm(n_heads=4), 0.01, 8)
     assert (small.d_model, small.d_ffn) == (8, 8)
     assert cls.scale_widths(tiny_lm(d_model=512, d_ffn=2048, n_heads=8), 0.1, 8).d_model == 48
+
+
+def _copy_attention(ours, theirs: nn.MultiheadAttention) -> None:
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        theirs.out_proj.weight.copy_(ours.out_proj.weight)
+        theirs.out_proj.bias.copy_(ours.out_proj.bias)
+
+
+def _copy_ffn_and_norms(ours, theirs, norms) -> None:
+    with torch.no_grad():
+        for a, b in ((ours.fc1, theirs.linear1), (ours.fc2, theirs.linear2), *norms):
+            b.weight.copy_(a.weight)
+            b.bias.copy_(a.bias)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_a_layer_equals_torchs_transformer_layers(norm_first):
+    """One encoder layer and one decoder layer against torch.nn.TransformerEncoderLayer / DecoderLayer with the
+    same weights (an independent implementation of the same residual, norm, attention and FFN), post- and pre-norm,
+    with a causal mask and padding masks, in eval mode."""
+    from types import SimpleNamespace
+
+    from models.transformer import TransformerLayer
+
+    torch.manual_seed(0)
+    d, heads, ffn, B, T, S = 16, 4, 24, 3, 7, 5
+    cfg = SimpleNamespace(d_model=d, n_heads=heads, d_ffn=ffn, norm_first=norm_first, dropout=0.0,
+                          activation_dropout=0.0, attention_dropout=0.0, activation="relu")
+    for p in (enc := TransformerLayer(cfg, cross_attention=False)).parameters():
+        nn.init.normal_(p, std=0.3)  # away from the zero biases and unit norms of the init
+    ref = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, batch_first=True, norm_first=norm_first)
+    _copy_attention(enc.self_attn, ref.self_attn)
+    _copy_ffn_and_norms(enc, ref, ((enc.self_attn_norm, ref.norm1), (enc.ffn_norm, ref.norm2)))
+    enc.eval(), ref.eval()
+    x = torch.randn(B, T, d)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, -2:] = True
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)  # torch's convention: True = may not attend
+    with torch.no_grad():
+        assert torch.allclose(enc(x, pad_mask=pad), ref(x, src_key_padding_mask=pad), atol=1e-5)
+        assert torch.allclose(enc(x, causal=True), ref(x, src_mask=causal), atol=1e-5)
+
+    dec = TransformerLayer(cfg, cross_attention=True)
+    for p in dec.parameters():
+        nn.init.normal_(p, std=0.3)
+    ref = nn.TransformerDecoderLayer(d, heads, ffn, dropout=0.0, batch_first=True, norm_first=norm_first)
+    _copy_attention(dec.self_attn, ref.self_attn)
+    _copy_attention(dec.cross_attn, ref.multihead_attn)
+    _copy_ffn_and_norms(dec, ref, ((dec.self_attn_norm, ref.norm1), (dec.cross_attn_norm, ref.norm2),
+                                   (dec.ffn_norm, ref.norm3)))
+    dec.eval(), ref.eval()
+    memory = torch.randn(B, S, d)
+    mpad = torch.zeros(B, S, dtype=torch.bool)
+    mpad[2, -3:] = True
+    with torch.no_grad():
+        ours = dec(x, causal=True, memory=memory, memory_pad_mask=mpad)
+        theirs = ref(x, memory, tgt_mask=causal, memory_key_padding_mask=mpad)
+    assert torch.allclose(ours, theirs, atol=1e-5)
