@@ -98,14 +98,27 @@ def table_cell(table: str, row: str | None, scale: str, seed: int | None, extra:
     app = compose("table_app", overrides=[f"table={table}", f"scale={scale}"])
     app.overrides = list(extra)
     cells = expand_cells(app)
-    labels = [r.label for r in app.table.rows]
-    runs = [r.label for i, r in enumerate(app.table.rows) if any(i in c.rows for c in cells)]
+    from reproduce.results.claims import row_references
+
+    # a row by its label, or '<group> / <label>' where the label is in several groups (as rows= and claims name rows)
+    refs = row_references(app.table.rows)
+    name: dict[int, str] = {}
+    for ref, i in refs.items():  # one name a row: its bare label where that is unique
+        if i not in name or len(ref) < len(name[i]):
+            name[i] = ref
+    runs = [ref for i, ref in sorted(name.items()) if any(i in c.rows for c in cells)]
     if not runs:
         raise ConfigError(f"{table} runs no row at scale={scale} (its rows are paper-only there)")
-    if row is None or row not in labels:
-        raise ConfigError(f"row={row!r} is not a row of {table}; the rows it runs at scale={scale}: "
-                          f"{', '.join(repr(x) for x in runs)} (e.g. row={runs[0]!r}; quote labels with spaces)")
-    index = labels.index(row)
+    running = [ref for ref in runs if ref.endswith(f" / {row}") and ref.split(" / ", 1)[1] == row]
+    if row not in refs and len(running) == 1:  # a label in several groups, only one of which runs at this scale
+        row = running[0]
+    if row is None or row not in refs:
+        several = [f"{r.group} / {r.label}" for r in app.table.rows if r.label == row and r.group]
+        what = (f"the label {row!r} is in {len(several)} groups: name one of them" if len(several) > 1
+                else f"row={row!r} is not a row of {table}")
+        raise ConfigError(f"{what}; the rows it runs at scale={scale}: {', '.join(repr(x) for x in runs)} "
+                          f"(e.g. row={runs[0]!r}; quote labels with spaces)")
+    index = refs[row]
     mine = [c for c in cells if index in c.rows]
     if not mine:
         raise ConfigError(f"row={row!r} of {table} does not run at scale={scale} (paper only there)")

@@ -176,6 +176,11 @@ def condense_hydra_error(ex: BaseException) -> str:
         fix = "pick one of the options listed"
     elif re.search(r"Key '.*' not in|Could not override|Could not append", message):
         fix = "check the key's spelling (python -m reproduce.describe <overrides> prints the whole config)"
+        near = _nearest_fields(message)
+        if near:
+            # Hydra's "To append to your config use +key=value" would add a key no code reads: name the fields instead
+            message = re.sub(r"; To append to your config use \+[^;\s]+", "", message)
+            fix = f"did you mean {' or '.join(near)}? " + fix
     elif re.search(r"no viable alternative|mismatched input|extraneous input|token recognition error", message):
         fix = ("quote a value that holds '=', ',', brackets or spaces, e.g. 'key=\"a=b\"' or "
                "overrides='[\"trainer.device=cpu\"]' (https://hydra.cc/docs/advanced/override_grammar/basic)")
@@ -184,6 +189,34 @@ def condense_hydra_error(ex: BaseException) -> str:
     else:
         fix = "fix that argument on the command line"
     return f"{message}; {fix}"
+
+
+def _nearest_fields(message: str) -> list[str]:
+    """For Hydra's "Key 'k' not in 'SomeConfig'" (with "full_key: a.b.k" before it): the fields of that schema nearest
+    to k, as full keys; [] when the schema is not one of ours."""
+    import dataclasses
+    import difflib
+
+    m = re.search(r"Key '([^']+)' not in '(\w+)'", message)
+    if not m:
+        return []
+    key, name = m.groups()
+    kind = None
+    from losses import OBJECTIVES
+    from models import MODELS
+    from reproduce.runs import launch, tables
+    from reproduce.settings import config
+
+    schemas = [getattr(m, name, None) for m in (config, tables, launch)]
+    schemas += MODELS.config_classes() + OBJECTIVES.config_classes()
+    kind = next((c for c in schemas if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__name__ == name),
+                None)
+    if kind is None:
+        return []
+    full = re.search(r"(?:Could not override|Could not append to config\. An item is already at) '([^']+)'", message)
+    prefix = full.group(1).rsplit(".", 1)[0] + "." if full and "." in full.group(1) else ""
+    names = sorted(f.name for f in dataclasses.fields(kind))
+    return [prefix + n for n in difflib.get_close_matches(key, names, n=2, cutoff=0.6)]
 
 
 def install_hydra_error_handler() -> None:

@@ -376,3 +376,66 @@ def test_progress_in_a_log_is_lines_not_carriage_returns():
     bar.close()
     text = log.getvalue()
     assert "\r" not in text and 10 <= text.count("\n") <= 11 and "train epoch 1: 200/200 (100%)" in text
+
+
+# ---- what Hydra lets through without a word -------------------------------------------------------------
+@pytest.mark.parametrize("override,name,near", [
+    ("experiment=inan2017/smal", "experiment=inan2017/smal does not exist", "experiment=inan2017/small"),
+    ("scale=base_scale", "scale=base_scale is the schema", "scale=lite"),
+    ("model=schema_lstm_lm", "model=schema_lstm_lm is the schema", "ls conf/model"),
+])
+def test_an_optional_group_typo_or_a_schema_is_refused_not_run(override, name, near):
+    """``optional experiment`` skips an option that does not exist (the defaults would train under the misspelled
+    name), and a group's schema node would be taken as an option: both one error with the options nearest."""
+    from reproduce.settings.config import compose_with_choices
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        with pytest.raises(ConfigError) as err:
+            compose_with_choices([override, "scale=smoke"] if not override.startswith("scale=") else [override])
+    assert name in str(err.value) and near in str(err.value)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("+trainer.foo=1", "trainer.foo is not a setting of trainer (TrainerConfig): remove it"),
+    ("+trainer.max_epoch=3", "did you mean trainer.max_epochs?"),
+    ("+trainer.analysis.geometry_evry=3", "did you mean trainer.analysis.geometry_every"),
+    ("+objective.alpah=1", "did you mean objective.alpha?"),
+    ("trainer.stop_after_epochs=-1", "trainer.stop_after_epochs=-1 is outside its domain"),
+    ("optim.betas=[2.0]", "optim.betas=[2.0]: expected two numbers in [0, 1)"),
+    ("optim.betas=[0.9,1.0]", "set optim.betas=[0.9,0.999]"),
+])
+def test_appended_keys_and_unchecked_values_are_refused(compose_cfg, override, message):
+    """A key appended with ``+`` to a section with a schema (no code reads it; it would change the hash), and values
+    whose domains were not declared before: one ConfigError naming the key and the fix."""
+    extra = ["optim=adam"] if "betas" in override else []
+    with pytest.raises(ConfigError, match=None) as err:
+        finalize(compose_cfg(*RUN, "objective=al" if "objective" in override else "objective=mle", *extra, override))
+    assert message in str(err.value)
+
+
+def test_an_unknown_key_names_the_nearest_setting_not_the_plus_form():
+    class Fake(Exception):
+        pass
+
+    msg = condense_hydra_error(Fake("Could not override 'trainer.max_epoch'.\nTo append to your config use "
+                                    "+trainer.max_epoch=1\nKey 'max_epoch' not in 'TrainerConfig'\n"
+                                    "    full_key: trainer.max_epoch\n    object_type=TrainerConfig"))
+    assert "did you mean trainer.max_epochs?" in msg and "+trainer" not in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("override,message", [
+    ("launch.parallel=0", "launch.parallel=0 is outside its domain: expected an integer >= 1"),
+    ("launch.poll_seconds=0", "launch.poll_seconds=0.0 is outside its domain: expected a number > 0"),
+    ("launch.grace_seconds=-1", "launch.grace_seconds=-1.0 is outside its domain: expected a number >= 0"),
+    ("launch.backend=bogus", "launch.backend='bogus' is not one of auto, local, slurm, inline; set launch.backend="),
+    ("launch.gpus=[0,0]", "expected distinct GPU ids"),
+])
+def test_launch_settings_are_checked_before_anything_is_registered(override, message, tmp_path, tiny_data):
+    from reproduce.runs.tables import run_table
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = table_app(tmp_path, tiny_data, override)
+        with pytest.raises(ConfigError) as err:
+            run_table(app)
+    assert message in str(err.value)
+    assert not (tmp_path / "tables").exists() and not (tmp_path / "out").exists()

@@ -98,5 +98,19 @@ def test_describe_cli_annotates_and_names_the_rows_on_a_bad_label():
     assert "# config hash " in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "reproduce.describe", "table=yu2022_t7", "row=agg", "scale=lite"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "row='agg' is not a row of yu2022_t7" in bad.stderr and "'AGG'" in bad.stderr
+    assert bad.returncode == 2 and "row='agg' is not a row of yu2022_t7" in bad.stderr and "'Base / AGG'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_label_in_several_groups_is_refused_and_its_group_form_picks_one():
+    """``row=VD-LSTM`` names a row in each size group of Inan 2017 Table 1: an error listing the group-qualified
+    names, not the first group's row; ``'<group> / <label>'`` picks that group's cell."""
+    from reproduce.describe import table_cell
+    from reproduce.errors import ConfigError
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        with pytest.raises(ConfigError) as err:
+            table_cell("inan2017_t1", "VD-LSTM", "smoke", None, [])
+        cell, _ = table_cell("inan2017_t1", "Medium (650 units) / VD-LSTM+AL", "smoke", None, [])
+    assert "the label 'VD-LSTM' is in" in str(err.value) and "'Medium (650 units) / VD-LSTM'" in str(err.value)
+    assert cell.experiment == "inan2017/medium" and "objective=al" in cell.overrides

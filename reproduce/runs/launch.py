@@ -32,6 +32,7 @@ reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduc
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import signal
 import subprocess
@@ -230,7 +231,7 @@ class LocalScheduler:
     def __init__(self, jobs: list[Job], launch: LaunchConfig | DictConfig, progress: bool = True):
         self.jobs, self.launch = jobs, launch
         self.gpus = visible_gpus(launch.gpus)
-        self.slots = len(self.gpus) if self.gpus else max(1, int(launch.parallel))
+        self.slots = len(self.gpus) if self.gpus else int(launch.parallel)  # >= 1: validate_launch
         self.progress_enabled = progress
 
     def _wanted(self, job: Job) -> int:
@@ -563,7 +564,34 @@ def make_scheduler(jobs: list[Job], launch, output_dir: Path, progress: bool = T
         return SubmititScheduler(jobs, launch, params, Path(output_dir) / "submitit", progress)
     from reproduce.errors import ConfigError
 
-    raise ConfigError(f"launch.backend={backend!r} is not one of auto, local, slurm, inline")
+    raise ConfigError(f"launch.backend={backend!r} is not one of {', '.join(BACKENDS)}; set launch.backend=local")
+
+
+BACKENDS = ("auto", "local", "slurm", "inline")
+
+
+def validate_launch(launch) -> None:
+    """The ``launch`` settings in their domains, checked before anything is registered or run: one ConfigError
+    naming the key, the value, what is expected and a value that fits."""
+    from reproduce.errors import ConfigError
+
+    if launch.backend not in BACKENDS:
+        raise ConfigError(f"launch.backend={launch.backend!r} is not one of {', '.join(BACKENDS)}; set "
+                          f"launch.backend=local (a process per cell here) or launch.backend=slurm")
+    checks = (("parallel", int, 1, "an integer >= 1 (cells at a time on the CPU)", "launch.parallel=2"),
+              ("poll_seconds", (int, float), None, "a number > 0 (seconds)", "launch.poll_seconds=5"),
+              ("grace_seconds", (int, float), 0, "a number >= 0 (seconds)", "launch.grace_seconds=120"))
+    for key, kind, low, want, fix in checks:
+        value = launch.get(key)
+        ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > 0 if low is None else value >= low)
+        if not ok:
+            raise ConfigError(f"launch.{key}={value!r} is outside its domain: expected {want}; set {fix}")
+    gpus = launch.get("gpus")
+    if gpus is not None and not (all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus)
+                                 and len(set(gpus)) == len(gpus)):
+        raise ConfigError(f"launch.gpus={list(gpus)!r}: expected distinct GPU ids >= 0 (e.g. launch.gpus=[0,1]) or "
+                          f"null for every visible GPU")
 
 
 def jobs_for(cells, runs_dir: str | Path, tables_of: dict[str, list[str]] | None = None) -> list[Job]:

@@ -55,7 +55,7 @@ from reproduce.errors import (
 )
 from reproduce.results.claims import Claim, validate_claims
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler
+from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 from reproduce.runs.trained import ANALYSIS_METRICS, analysis_values, run_analyses
 from reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
@@ -735,6 +735,7 @@ def run_tables(apps: list[DictConfig]) -> int:
     """Expand the cells of every table, run the missing ones together (a cell shared by tables
     runs once), then render each table; return the number of cells that did not complete."""
     start = time.time()
+    validate_launch(apps[0].launch)  # before anything is registered or run
     expanded = [(app, expand_cells(app)) for app in apps]
     asked = [{c.config_hash: c for c in selected_cells(app, cells)} for app, cells in expanded]
     unique: dict[str, Cell] = {}

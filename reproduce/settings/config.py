@@ -484,11 +484,43 @@ def _check_data_model(cfg: DictConfig) -> None:
         print("repdegen: note: trainer.precision=bf16 on the CPU is slow; it is meant for GPUs")
     if cfg.optim.schedule == "inverse_sqrt" and cfg.optim.name != "adam":
         raise ConfigError(f"optim.schedule=inverse_sqrt is used with Adam (optim.name=adam); got optim.name={cfg.optim.name}")
+    betas = list(cfg.optim.get("betas") or [])
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                  for b in betas):
+        raise ConfigError(f"optim.betas={betas!r}: expected two numbers in [0, 1) (Adam's decay rates of the first "
+                          f"and second moments); set optim.betas=[0.9,0.999]")
     min_delta = t.get("early_stopping_min_delta", 0.0)
     if min_delta and t.get("early_stopping_on", "valid") != "train":
         raise ConfigError(f"trainer.early_stopping_min_delta={min_delta} applies to trainer.early_stopping_on=train only "
                           f"(validation stops on any lower validation NLL); set trainer.early_stopping_on=train or "
                           f"trainer.early_stopping_min_delta=0")
+
+
+def check_unknown_keys(cfg: DictConfig) -> None:
+    """Every key of a section that has a schema (a dataclass: dataset, optim, trainer and its sub-sections, scale,
+    logger, model, objective) is one of its fields: ``+trainer.foo=1`` appends a key Hydra cannot refuse, which no
+    code reads and which would change the run's hash. One ConfigError naming it and the nearest fields."""
+    import dataclasses
+    import difflib
+
+    def walk(node, path: str) -> None:
+        kind = OmegaConf.get_type(node)
+        if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+            return
+        fields = {f.name for f in dataclasses.fields(kind)}
+        for key in node.keys():
+            if key not in fields:
+                near = difflib.get_close_matches(str(key), sorted(fields), n=3, cutoff=0.6)
+                hint = f"did you mean {', '.join(f'{path}.{n}' for n in near)}? " if near else ""
+                raise ConfigError(f"{path}.{key} is not a setting of {path} ({kind.__name__}): {hint}remove it, or "
+                                  f"see the settings with python -m reproduce.describe <overrides>")
+            child = node._get_node(key)
+            if isinstance(child, DictConfig):
+                walk(child, f"{path}.{key}")
+
+    for section in ("dataset", "optim", "trainer", "scale", "logger", "model", "objective"):
+        if isinstance(cfg.get(section), DictConfig):
+            walk(cfg[section], section)
 
 
 def finalize(cfg: DictConfig) -> DictConfig:
@@ -505,6 +537,7 @@ def finalize(cfg: DictConfig) -> DictConfig:
     unscaled_model = copy.deepcopy(cfg.model)  # for messages in the user's own numbers
     # every numeric setting inside its declared domain (reproduce/settings/domains.py), in the user's own numbers
     # and before anything computes with them (a NaN width would end in a traceback inside apply_scale)
+    check_unknown_keys(cfg)
     check_domains(cfg)
     _check_scale_record(cfg)
     from losses import OBJECTIVES, validate_objective
@@ -698,8 +731,33 @@ def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -
 
 def hydra_choices(hydra_cfg) -> dict[str, str]:
     """The group choices of a composition (``hydra.runtime.choices``), without Hydra's own groups: the one place
-    ``choices`` is derived."""
-    return {k: str(v) for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
+    ``choices`` is derived, and checked (:func:`check_choices`)."""
+    choices = {k: str(v) for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
+    check_choices(choices)
+    return choices
+
+
+def _options(group: str) -> list[str]:
+    root = CONF_DIR / group
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def check_choices(choices: dict[str, str]) -> None:
+    """What Hydra lets through without a word: an ``optional`` group's option that does not exist (``experiment=``
+    misspelled would train the defaults under the misspelled name) and a group's schema node chosen as an option
+    (``scale=base_scale``). One ConfigError naming the value, the options nearest to it and how to list them."""
+    import difflib
+
+    for group, value in choices.items():
+        group = group.split("@")[0]
+        options = _options(group) if (CONF_DIR / group).is_dir() else []
+        schema = value.startswith(("base_", "schema_"))
+        missing = group == "experiment" and value not in options
+        if schema or missing:
+            near = difflib.get_close_matches(value, options, n=3, cutoff=0.5) or options[:5]
+            what = "is the schema the options are checked against, not an option" if schema else "does not exist"
+            raise ConfigError(f"{group}={value} {what}: expected one of conf/{group}/*.yaml, e.g. "
+                              f"{', '.join(f'{group}={o}' for o in near)} (all of them: ls conf/{group})")
 
 
 def compose_with_choices(overrides: list[str], config_name: str = "config") -> DictConfig:

@@ -75,7 +75,7 @@ DOMAINS: dict[str, str] = {
     # training
     **{f"trainer.{k}": "int>0" for k in ("batch_size", "bptt", "eval_batch_size", "eval_bptt", "test_batch_size",
                                          "max_epochs", "max_tokens", "max_updates", "update_freq", "early_stopping",
-                                         "stop_after_updates", "log_interval")},
+                                         "stop_after_updates", "stop_after_epochs", "log_interval")},
     **{f"trainer.{k}": "int>=0" for k in ("average_last", "finetune_epochs", "retrain_sessions", "gpus")},
     "trainer.label_smoothing": "[0,1)",
     "trainer.early_stopping_min_delta": "[0,1)",
