@@ -338,3 +338,19 @@ def test_epoch_progress_line_of_a_running_cell():
                           {"stage": "finetune", "epoch": 1, "valid_ppl": 129.0, "epoch_seconds": 60.0}]}
     assert epoch_progress(record) == "epoch 4/13, valid PPL 130.00 | 1m00s an epoch | at most 9m00s left"
     assert epoch_progress({"config": {}, "history": []}) is None
+
+
+def test_a_failed_cell_shows_its_own_error_line_on_the_console(tmp_path, capsys):
+    """A cell that ends with a user error (e.g. a missing corpus) prints one ``repdegen: error:`` line into its log;
+    the table's console line for the failure carries that line (the last one), not only the log's path."""
+    from reproduce.runs.launch import Job, Progress, last_error_line
+
+    log = tmp_path / "train.log"
+    log.write_text("repdegen: vd_lstm_small ...\nrepdegen: error: an earlier line\n"
+                   "repdegen: error: dataset.data_dir=/nowhere/ptb holds no ptb.train.txt; set REPDEGEN_DATA_DIR\n")
+    job = Job("abcd", "inan2017/small/mle", tmp_path / "cell.yaml", log, status="failed")
+    Progress([job], 1, enabled=False).event(job, "failed (user error)")
+    out = capsys.readouterr().out
+    assert f"-- log: {log}\n    repdegen: error: dataset.data_dir=/nowhere/ptb holds no ptb.train.txt" in out
+    assert "an earlier line" not in out
+    assert last_error_line(tmp_path / "missing.log") is None

@@ -182,6 +182,9 @@ class Progress:
                 f"{what}: {job.label} [{job.config_hash}]")
         if job.status == "failed":
             line += f" -- log: {job.log_path}"
+            reason = last_error_line(job.log_path)
+            if reason:  # the cell's own one-line error (a user error: a missing corpus, a bad value) on the console
+                line += f"\n    {reason}"
         elif job.status == "elsewhere":
             line += f" -- by {job.holder or 'another process'}"
         tqdm.write(line, file=sys.stdout)
@@ -568,6 +571,18 @@ def make_scheduler(jobs: list[Job], launch, output_dir: Path, progress: bool = T
 
 
 BACKENDS = ("auto", "local", "slurm", "inline")
+
+
+def last_error_line(log_path: Path, tail_bytes: int = 65536) -> str | None:
+    """The last ``repdegen: error:`` line of a cell's log (None: none, or no log)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("repdegen: error:")]
+    return lines[-1] if lines else None
 
 
 def validate_launch(launch) -> None:
