@@ -13,6 +13,8 @@ kind                       loader                              written by
 ``cell.yaml``              :func:`load_cell_yaml`              :func:`reproduce.runs.launch.write_cell_config`
 ``cells.json``             :func:`load_cells_json`             :func:`reproduce.runs.tables.render`
 ``claims.json``            :func:`load_claims_json`            :func:`reproduce.runs.tables.render`
+``table.csv``              :func:`load_table_csv`              :func:`reproduce.runs.tables.render`
+``bench/*/*.json``         :func:`load_bench_json`             ``scripts/bench.py``
 ``registration.json``      :func:`load_registration`           :mod:`reproduce.runs.registration`
 ``.hydra/overrides.yaml``  :func:`load_overrides`              Hydra, for each job of a sweep
 ``failure.json``           :func:`load_failure_note`           :func:`reproduce.errors.write_failure_note`
@@ -233,6 +235,14 @@ def load_cells_json(path: Path, fix: str = FIX_RENDERING) -> dict:
     return data
 
 
+def rendering_fix(path: Path) -> str:
+    """:data:`FIX_RENDERING` for a file of a rendering, ``<tables_dir>/<table>/<scale>/<file>``: its table and scale
+    filled in, or restoring the committed file from git."""
+    path = Path(path)
+    return (f"render the table again (python -m reproduce.table table={path.parent.parent.name} "
+            f"scale={path.parent.name} render_only=true) or restore the file from git (git checkout -- {path})")
+
+
 def load_claims_json(path: Path, fix: str = FIX_RENDERING) -> dict:
     """A rendered table's ``claims.json``: an object with a ``claims`` list of objects, each with its ``text``."""
     expected = "the JSON object reproduce.runs.tables writes"
@@ -245,6 +255,63 @@ def load_claims_json(path: Path, fix: str = FIX_RENDERING) -> dict:
             raise error(f"claims[{i}] is {_found(claim)}; expected an object")
         check_keys(claim, {"text": str}, error, where=f"claims[{i}].")
     return data
+
+
+TABLE_CSV_COLUMNS = ("label", "status", "config_hash")
+
+
+def load_table_csv(path: Path, fix: str = FIX_RENDERING) -> list[dict]:
+    """A rendered table's ``table.csv`` as ``csv.DictReader`` rows: a header with the ``label``, ``status`` and
+    ``config_hash`` columns, and every row as many fields as the header."""
+    import csv
+
+    expected = f"the CSV reproduce.runs.tables writes, with the columns {', '.join(TABLE_CSV_COLUMNS)}"
+
+    def error(why: str) -> CorruptFile:
+        return BadFile(path, "rendered table's table.csv", why, expected, fix)
+
+    try:
+        with Path(path).open(newline="") as f:
+            lines = list(csv.reader(f))
+    except UnicodeDecodeError:
+        raise error("not UTF-8 text") from None
+    except csv.Error as err:
+        raise error(f"not CSV ({err})") from None
+    header = lines[0] if lines else []
+    missing = [c for c in TABLE_CSV_COLUMNS if c not in header]
+    if missing:
+        raise error(f"no column {', '.join(map(repr, missing))} in the header {header!r}")
+    rows = [fields for fields in lines[1:] if fields]  # blank lines are no rows (as csv.DictReader reads them)
+    for n, fields in enumerate(rows, 1):
+        if len(fields) != len(header):
+            raise error(f"row {n} has {len(fields)} fields, the header {len(header)}; truncated?")
+    return [dict(zip(header, fields)) for fields in rows]
+
+
+# ---- a benchmark of scripts/bench.py ----------------------------------------------------------------------------
+def load_bench_json(path: Path) -> dict:
+    """A JSON file of ``results/bench/`` (``scripts/bench.py`` writes them): an object; when there, a ``results`` list
+    of objects whose step times, tokens/s, memory and MFU are numbers (or null), ``git`` (its ``commit`` a string) and
+    ``hardware`` objects, ``note``, ``command`` and ``torch`` strings."""
+    fix = f"run the benchmark again (its command is in the file's 'command'), or restore it from git (git checkout -- {path})"
+    expected = "the JSON object scripts/bench.py writes"
+    data = _json_object(path, "benchmark file", expected, fix, {},
+                        {"results": list, "git": dict, "hardware": dict, "note": (str, type(None)),
+                         "command": (str, type(None)), "torch": str})
+    def error(why: str) -> CorruptFile:
+        return BadFile(path, "benchmark file", why, expected, fix)
+
+    check_keys(data.get("git") or {}, {}, error, {"commit": str}, where="git.")
+    number = (int, float, type(None))
+    for i, r in enumerate(data.get("results") or []):
+        if not isinstance(r, dict):
+            raise error(f"results[{i}] is {_found(r)}; expected an object")
+        check_keys(r, {}, error, dict.fromkeys(BENCH_NUMBERS, number), where=f"results[{i}].")
+    return data
+
+
+# the numbers of each benchmark result (a number or null)
+BENCH_NUMBERS = ("step_time_s", "tokens_per_s", "peak_mem_gb", "mfu", "step_time_vs_mle", "tokens_per_update")
 
 
 # ---- a trained run's analyses (reproduce/runs/trained.py) --------------------------------------------------------

@@ -42,12 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import initialize_config_dir  # noqa: E402
 
+from core.errors import UserError  # noqa: E402
 from core.provenance import git_commit, hardware  # noqa: E402
 from data.corpus import Corpus, Vocab  # noqa: E402
 from losses import build_objective  # noqa: E402
 from models import build_model, resolve_tie  # noqa: E402
 from reproduce.engine.optim import use_bf16  # noqa: E402
 from reproduce.engine.trainer import Trainer  # noqa: E402
+from reproduce.errors import EXIT_USER_ERROR, report_user_error  # noqa: E402
 from reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 
 # peak dense tensor throughput (FLOP/s) by device name fragment: (bf16, fp32/tf32-off)
@@ -289,29 +291,89 @@ def load_average() -> list[float] | None:
         return None
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one ``repdegen: error:`` line and exit status 2, as the entry points report them."""
+
+    def error(self, message: str):
+        report_user_error(UserError(f"{message}; python scripts/bench.py --help lists the flags"))
+        sys.exit(EXIT_USER_ERROR)
+
+
+def at_least(low: int, example: str):
+    """An argparse type: an integer >= ``low``; ``example`` (a flag with a value that fits) is the fix offered."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {low}; give one, e.g. {example}")
+        return value
+
+    return parse
+
+
+def device_name(text: str) -> str:
+    """An argparse type: ``auto`` or a torch device (cpu, cuda, cuda:1, ...)."""
+    if text != "auto":
+        try:
+            torch.device(text)
+        except (RuntimeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a device; expected auto, cpu, cuda or cuda:<index>, "
+                                             f"e.g. --device cpu") from None
+    return text
+
+
+def options(group: str) -> list[str]:
+    """The options of a config group (``conf/<group>/*.yaml``): what ``--models`` / ``--objectives`` name."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def check_args(parser: argparse.ArgumentParser, args) -> None:
+    """What the argparse types cannot see: the model and objective names (before ``:overrides``) are options of
+    conf/model and conf/objective, a CUDA device is there, --out is not a folder; checked before anything runs."""
+    for flag, group, names, example in (("--models", "model", args.models, "transformer_lm6:d_model=256"),
+                                        ("--objectives", "objective", args.objectives, "agg:implementation=literal")):
+        known = options(group)
+        unknown = [n for n in names if n.split(":")[0] not in known]
+        if unknown:
+            parser.error(f"{flag} {' '.join(unknown)}: not an option of conf/{group}; expected one of "
+                         f"{', '.join(known)} (optionally with overrides, e.g. {example})")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA device is available here; use --device cpu (or auto)")
+    if args.out and Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a folder; expected the path of a JSON file, e.g. --out {args.out}/bench.json")
+
+
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["transformer_lm6"])
     parser.add_argument("--objectives", nargs="+", default=["mle", "cosreg"])
     parser.add_argument("--precision", default="auto", choices=["fp32", "bf16", "auto"])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--update-freq", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=None, help="LM blocks per micro-batch (default: the recipe's)")
-    parser.add_argument("--max-tokens", type=int, default=None, help="MT padded tokens per micro-batch")
-    parser.add_argument("--bptt", type=int, default=None, help="LM block length (default: the recipe's 1,024)")
-    parser.add_argument("--src-len", type=int, default=32)
-    parser.add_argument("--tgt-len", type=int, default=32)
-    parser.add_argument("--vocab", type=int, default=None, help="vocabulary size (default: the papers' 44,256 / 40,624)")
+    parser.add_argument("--steps", type=at_least(1, "--steps 20"), default=20)
+    parser.add_argument("--warmup", type=at_least(0, "--warmup 5"), default=5)
+    parser.add_argument("--update-freq", type=at_least(1, "--update-freq 1"), default=1)
+    parser.add_argument("--batch-size", type=at_least(1, "--batch-size 8"), default=None,
+                        help="LM blocks per micro-batch (default: the recipe's)")
+    parser.add_argument("--max-tokens", type=at_least(1, "--max-tokens 4096"), default=None,
+                        help="MT padded tokens per micro-batch")
+    parser.add_argument("--bptt", type=at_least(1, "--bptt 1024"), default=None,
+                        help="LM block length (default: the recipe's 1,024)")
+    parser.add_argument("--src-len", type=at_least(1, "--src-len 32"), default=32)
+    parser.add_argument("--tgt-len", type=at_least(1, "--tgt-len 32"), default=32)
+    parser.add_argument("--vocab", type=at_least(5, "--vocab 300 (4 special tokens and at least one word)"),
+                        default=None, help="vocabulary size (default: the papers' 44,256 / 40,624)")
     parser.add_argument("--compile", action="store_true", help="trainer.compile=true (torch.compile the model)")
-    parser.add_argument("--rounds", type=int, default=1, help="measure every objective this many times, interleaved")
+    parser.add_argument("--rounds", type=at_least(1, "--rounds 3"), default=1,
+                        help="measure every objective this many times, interleaved")
     parser.add_argument("--smoke", action="store_true", help="scale=smoke widths and tiny batches (CPU plumbing check)")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
+    parser.add_argument("--device", type=device_name, default="auto", help="auto (default), cpu, cuda or cuda:<index>")
+    parser.add_argument("--profile", type=at_least(0, "--profile 5"), default=0, metavar="N",
                         help="after timing, profile N more updates (torch.profiler): device busy share, host waits, "
                              "top ops; kept in the JSON under each result's 'profile'")
     parser.add_argument("--out", default=None, help="JSON path (default: print only)")
     args = parser.parse_args(argv)
+    check_args(parser, args)
     register_all()
     device = torch.device("cuda" if (args.device == "auto" and torch.cuda.is_available()) else
                           ("cpu" if args.device == "auto" else args.device))

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import bench  # noqa: E402
@@ -49,3 +51,47 @@ def test_synthetic_corpus_holds_one_update_and_the_vocabulary():
     assert len(lm.vocab) == 50 and lm.train.numel() == 3 * 5 * 2 + 3 and int(lm.train.min()) >= 4
     mt = bench.synthetic_corpus("translation", cfg, 50, 8, 10)
     assert len(mt.train) == (40 // 10) * 2 and mt.train.tgt[0].numel() == 10 and mt.train.src[0].numel() == 8
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--smoke", "--steps", "-1"], ["argument --steps: '-1' is not an integer >= 1", "--steps 20"]),
+    (["--steps", "0", "--models", "nope"], ["argument --steps: '0' is not an integer >= 1"]),
+    (["--warmup", "-1"], ["argument --warmup: '-1' is not an integer >= 0", "--warmup 5"]),
+    (["--update-freq", "0"], ["argument --update-freq: '0'", "--update-freq 1"]),
+    (["--batch-size", "0"], ["argument --batch-size: '0'"]),
+    (["--max-tokens", "-5"], ["argument --max-tokens: '-5'"]),
+    (["--bptt", "x"], ["argument --bptt: 'x' is not an integer >= 1"]),
+    (["--src-len", "0"], ["argument --src-len: '0'"]),
+    (["--tgt-len", "0"], ["argument --tgt-len: '0'"]),
+    (["--vocab", "4"], ["argument --vocab: '4' is not an integer >= 5", "4 special tokens"]),
+    (["--rounds", "0"], ["argument --rounds: '0'"]),
+    (["--profile", "-2"], ["argument --profile: '-2' is not an integer >= 0"]),
+    (["--precision", "fp8"], ["argument --precision: invalid choice: 'fp8'"]),
+    (["--device", "quantum"], ["argument --device: 'quantum' is not a device", "--device cpu"]),
+    (["--models", "transformer_lm6", "nope:d_model=8"], ["--models nope:d_model=8: not an option of conf/model",
+                                                         "transformer_lm6, vd_lstm_large"]),
+    (["--objectives", "ul", "bogus"], ["--objectives bogus: not an option of conf/objective", "agg, al, cosreg"]),
+])
+def test_a_flag_outside_its_domain_is_one_line_before_anything_runs(argv, words, capsys, monkeypatch, tmp_path):
+    """Every numeric flag in its domain, the models and objectives among the configs, the device a device: one
+    `repdegen: error:` line naming the value, what was expected and a value that fits, exit status 2, and nothing
+    composed, built or timed (no Hydra traceback, no statistics error after the run)."""
+    monkeypatch.setattr(bench, "register_all", lambda: pytest.fail("ran past the argument checks"))
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([*argv, "--out", str(tmp_path / "b.json")])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert captured.err.startswith("repdegen: error: ") and captured.err.count("\n") == 1
+    for w in words:
+        assert w in captured.err
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_an_out_folder_or_a_missing_gpu_is_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    for argv, words in ((["--out", str(tmp_path)], f"--out {tmp_path} is a folder"),
+                        (["--device", "cuda:0"], "--device cuda:0: no CUDA device is available here; use --device cpu")):
+        with pytest.raises(SystemExit) as exit_:
+            bench.main(argv)
+        assert exit_.value.code == 2 and words in capsys.readouterr().err

@@ -300,3 +300,86 @@ def test_an_orphan_rendering_is_titled_from_its_cells_json_not_its_markdown(tmp_
     found = {t.name: (t.title, t.source) for t in report.orphan_tables(tmp_path, [])}
     assert found["gone_t1"] == ("From the record (its config is no longer in conf/table)", "Someone (2020), Table 1")
     assert found["gone_t2"] == ("gone_t2 (its config is no longer in conf/table)", "gone")
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(capsys, *words) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out and "wrote" not in captured.out
+    assert captured.err.startswith("repdegen: error: ") and captured.err.count("\n") == 1
+    for w in words:
+        assert w in captured.err, (w, captured.err)
+    return captured.err
+
+
+def test_a_results_folder_that_is_not_one_is_an_error_and_nothing_is_created(tmp_path, capsys):
+    """--results naming no folder, or a folder without tables/: exit status 2 naming the path and what was expected;
+    the folder is not created and nothing is written into it."""
+    missing, empty = tmp_path / "nonexistent", tmp_path / "empty"
+    empty.mkdir()
+    for argv in ([], ["--check"]):
+        assert report.main(["--results", str(missing), *argv]) == 2
+        _one_line_error(capsys, f"--results {missing} is not a directory", "expected a results directory holding tables/")
+        assert report.main(["--results", str(empty), *argv]) == 2
+        _one_line_error(capsys, f"--results {empty} has no tables/ folder")
+    assert not missing.exists() and list(empty.iterdir()) == []
+
+
+def _good_results(root: Path) -> Path:
+    """A results folder with one rendering of a real table (inan2017_t1 at lite) and a benchmark."""
+    results = root / "results"
+    out = results / "tables" / "inan2017_t1" / "lite"
+    out.mkdir(parents=True)
+    (out / "table.md").write_text("## Inan 2017\n\n| Model | PPL |\n|---|---|\n| A | 1 |\n")
+    (out / "table.csv").write_text("group,label,status,config_hash\n,A,complete,h\n")
+    (out / "cells.json").write_text(json.dumps({"cells": [{"status": "complete", "config_hash": "h", "label": "A"}],
+                                                "command": "python -m reproduce.table table=inan2017_t1 scale=lite",
+                                                "figures": {"curves": "Validation PPL"}, "meta": {"title": "T"}}))
+    (out / "claims.json").write_text(json.dumps({"claims": [{"text": "a claim", "state": "holds", "shown": "holds",
+                                                             "mark": "✓", "checks": []}]}))
+    (results / "bench" / "cpu").mkdir(parents=True)
+    (results / "bench" / "cpu" / "b.json").write_text(json.dumps({"git": {"commit": "abc"}, "results": [
+        {"model": "m", "objective": "mle", "step_time_s": 1.0, "tokens_per_s": 5.0, "step_time_vs_mle": 1.0}]}))
+    return results
+
+
+CORRUPT_RENDERINGS = [  # (file under results/, its bad content, words of the message, the fix)
+    ("tables/inan2017_t1/lite/cells.json", '{"cells": [{"status": "compl', "invalid JSON",
+     "python -m reproduce.table table=inan2017_t1 scale=lite render_only=true"),
+    ("tables/inan2017_t1/lite/cells.json", '{"cells": [{"status": "complete", "config_hash": "h", "label": 3}]}',
+     "the key cells[0].'label' is an integer; expected a string", "render_only=true"),
+    ("tables/inan2017_t1/lite/cells.json", '{"cells": [], "figures": {"curves": ["x"]}}',
+     "the key figures.'curves' is a list; expected a string", "render_only=true"),
+    ("tables/inan2017_t1/lite/cells.json", '{"cells": [], "meta": {"title": 7}}',
+     "the key meta.'title' is an integer", "render_only=true"),
+    ("tables/inan2017_t1/lite/claims.json", '{"claims": [{"text": "a cl', "invalid JSON",
+     "python -m reproduce.table table=inan2017_t1 scale=lite render_only=true"),
+    ("tables/inan2017_t1/lite/claims.json", '{"claims": [{"text": "a claim", "shown": "bogus", "mark": "x"}]}',
+     "claims[0].shown is 'bogus'; expected one of holds, fails, tie", "render_only=true"),
+    ("tables/inan2017_t1/lite/table.md", b"\xff\xfe| broken", "not UTF-8 text", "render_only=true"),
+    ("bench/cpu/b.json", '{"results": [{"model": "m", "step_', "invalid JSON", "run the benchmark again"),
+    ("bench/cpu/b.json", '{"results": [{"model": "m", "step_time_s": "fast"}]}',
+     "the key results[0].'step_time_s' is a string; expected an integer or a number or null",
+     "run the benchmark again"),
+]
+
+
+@pytest.mark.parametrize("rel, content, why, fix", CORRUPT_RENDERINGS)
+def test_a_corrupt_rendering_is_one_error_before_anything_is_written(tmp_path, capsys, rel, content, why, fix):
+    """A file the report reads that is truncated or not of its schema: exit status 2 with one line naming the file,
+    what is wrong and how to render it again (or restore it from git), before any page is written: the pages of the
+    good results are kept as they are, and --check says the same (not "stale")."""
+    results = _good_results(tmp_path)
+    assert report.main(["--results", str(results)]) == 0
+    assert (results / "tables" / "inan2017_t1" / "README.md").is_file()
+    capsys.readouterr()
+    path = results / rel
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = _snapshot(tmp_path)
+    for argv in ([], ["--check"]):
+        assert report.main(["--results", str(results), *argv]) == 2
+        _one_line_error(capsys, f"{path}: ", why, fix, f"git checkout -- {path}")
+        assert _snapshot(tmp_path) == before  # nothing written, nothing overwritten

@@ -103,6 +103,7 @@ def test_check_report_lists_stale_references(tmp_path, capsys):
     on the note and on the generated page that includes it (more.md; paths looked up in this repository)."""
     results = tmp_path / "results"
     (results / "sanity").mkdir(parents=True)
+    (results / "tables").mkdir()  # a results folder (none rendered yet)
     (results / "NOTES.md").write_text("# Notes\n\nNothing yet.\n")  # the README links it
     note = results / "sanity" / "check.md"
     note.write_text("# A check\n\nBudget in `conf/scale_patch/inan2017/small/lite.yaml`; data in `conf/dataset/ptb.yaml`.\n")

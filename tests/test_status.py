@@ -98,11 +98,42 @@ def test_a_missing_ledger_and_a_corrupt_record_are_one_clear_line(tmp_path, caps
     (tmp_path / "ffff").mkdir()
     (tmp_path / "ffff" / "result.json").write_text('{"status": "runn')  # truncated
     before = (tmp_path / "ffff" / "result.json").read_text()
-    assert main(["--runs-dir", str(tmp_path)]) == 0
+    assert main(["--runs-dir", str(tmp_path)]) == 2
     out = capsys.readouterr().out
-    assert "ffff" in out and "corrupt record" in out
+    assert f"{tmp_path / 'ffff' / 'result.json'}: not a valid run record (invalid JSON" in out
     assert (tmp_path / "ffff" / "result.json").read_text() == before  # read only: nothing moved or changed
-    assert main(["--runs-dir", str(tmp_path / "ffff" / "..")]) == 0
+    assert main(["--runs-dir", str(tmp_path / "ffff" / "..")]) == 2
+
+
+@pytest.mark.parametrize("history, trainer, field, value", [
+    ([{"stage": "train", "epoch": "one"}], TRAINER, "history[0].epoch", "'one'"),
+    (["x", 3], TRAINER, "history[0]", "'x'"),
+    ([{"stage": "train", "valid_ppl": 90.0}], TRAINER, "history[0].epoch", "missing"),
+    ([_epoch(1, 100.0), dict(_epoch(2, 90.0), valid_ppl="90")], TRAINER, "history[1].valid_ppl", "'90'"),
+    ([dict(_epoch(1, 100.0), epoch_seconds=[1])], TRAINER, "history[0].epoch_seconds", "[1]"),
+    ([dict(_epoch(1, 100.0), session=0)], TRAINER, "history[0].session", "0"),
+    ([dict(_epoch(1, 100.0), stage=3)], TRAINER, "history[0].stage", "3"),
+    ([_epoch(1, 100.0)], dict(TRAINER, max_epochs="many"), "config.trainer.max_epochs", "'many'"),
+    ([_epoch(1, 100.0)], dict(TRAINER, retrain_sessions=1.5), "config.trainer.retrain_sessions", "1.5"),
+    ([_epoch(1, 100.0)], dict(TRAINER, early_stopping=True), "config.trainer.early_stopping", "True"),
+    ([_epoch(1, 100.0)], ["max_epochs"], "config.trainer", "['max_epochs']"),
+])
+def test_a_malformed_record_is_one_line_and_the_listing_goes_on(tmp_path, capsys, history, trainer, field, value):
+    """A result.json that is valid JSON but whose fields status reads are not of their types (every field epoch_facts
+    and the listing read): that run is one line naming the file, the field, its value and how to recover it, the
+    other runs are listed as usual, and the exit status is 2 at the end; nothing is changed."""
+    bad = _write(tmp_path, "aaaa", "running", history, trainer=trainer)
+    _write(tmp_path, "bbbb", "running", [_epoch(1, 200.0), _epoch(2, 150.0)])
+    before = (bad / "result.json").read_text()
+    for argv in ([], ["--all"], ["--json"]):
+        assert main(["--runs-dir", str(tmp_path), *argv]) == 2
+        captured = capsys.readouterr()
+        line = next(x for x in captured.out.splitlines() if "aaaa" in x)
+        assert line.startswith(f"{bad / 'result.json'}: {field} is {value}, expected ") or argv == ["--json"]
+        assert f"{field} is {value}, expected" in line and "the record is corrupt: restore it from a copy" in line
+        assert "bbbb" in captured.out  # the other run is listed
+        assert "1 run record(s)" in captured.err and "Traceback" not in captured.err + captured.out
+    assert (bad / "result.json").read_text() == before
 
 
 def test_plot_of_the_learning_curves_so_far(tmp_path, capsys):

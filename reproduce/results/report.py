@@ -16,6 +16,10 @@ scale=<scale> render_only=true`` for each scale).
 
 The README is idempotent: two runs give the same file except the ``Generated:`` line (date and commit). ``--check``
 compares the README with what the files under ``results/`` give now, ignoring the ``Generated:`` line.
+
+A ``--results`` that is not a folder holding ``tables/``, or a file it reads that is corrupt (a truncated or reshaped
+``cells.json``, ``claims.json``, benchmark JSON, a Markdown file that is not UTF-8), is one ``repdegen: error:`` line
+naming it and the fix, exit status 2, before any page is written.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import difflib
-import json
 import re
 import sys
 from collections import defaultdict
@@ -32,9 +35,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from core.errors import CorruptFile
+from core.errors import CorruptFile, UserError
 from core.files import atomic_write_bytes
-from core.loaders import STATUS_COMPLETE, load_cells_json, load_claims_json
+from core.loaders import STATUS_COMPLETE, BadFile, check_keys, load_bench_json, load_cells_json, load_claims_json, rendering_fix
+from reproduce.errors import EXIT_USER_ERROR, report_user_error
 from reproduce.settings.config import CONF_DIR
 
 SCALES = ("paper", "lite", "smoke")
@@ -159,8 +163,18 @@ def include(path: Path, page_dir: Path, top: int) -> str:
     """A Markdown file included in a page that lives in ``page_dir`` (results/ or a table's folder): headings nested
     under ``top``, relative links made relative to the page."""
     base = path.parent.resolve().relative_to(Path(page_dir).resolve()).as_posix()
-    text = path.read_text().strip()
+    text = read_text(path).strip()
     return demote(relink(text, base) if base != "." else text, top)
+
+
+def read_text(path: Path) -> str:
+    """A text file the report includes; :class:`CorruptFile` (naming it, and the fix) when it is not UTF-8 text."""
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError:
+        fix = (rendering_fix(path) if Path(path).parent.name in SCALES
+               else f"restore it from git (git checkout -- {path}) or save it as UTF-8")
+        raise CorruptFile(path, f"{path}: not UTF-8 text; expected the Markdown text the report includes; {fix}") from None
 
 
 def slug(title: str) -> str:
@@ -188,28 +202,48 @@ def _rel(path: Path, results_dir: Path) -> str:
 _OLD_SVD = re.compile(r"svd_\d+")
 
 
+# what the report reads of each cell, when there (no hash: a row not run at that scale)
+CELL_KEYS = {"status": str, "config_hash": (str, type(None)), "label": str}
+
+
+def rendered_cells(out: Path) -> dict | None:
+    """A rendering's cells.json, checked for what the report reads (``meta``'s title and source, ``figures``'
+    captions, each cell's status and label: strings, its hash a string or null); None when there is none (an older
+    rendering). A corrupt one raises :class:`CorruptFile` naming it and how to render it again: the report writes
+    nothing then."""
+    path = Path(out) / "cells.json"
+    if not path.is_file():
+        return None
+    fix = rendering_fix(path)
+    data = load_cells_json(path, fix)
+
+    def error(why: str) -> CorruptFile:
+        return BadFile(path, "rendered table's cells.json", why, "the JSON object reproduce.runs.tables writes", fix)
+
+    check_keys(data.get("meta") or {}, {}, error, {"title": str, "source": str}, where="meta.")
+    figures = data.get("figures") or {}
+    check_keys(figures, {}, error, dict.fromkeys(figures, str), where="figures.")
+    for i, cell in enumerate(data["cells"]):
+        check_keys(cell, {}, error, CELL_KEYS, where=f"cells[{i}].")
+    return data
+
+
 def _figure_captions(out: Path) -> dict:
     """cells.json's {figure stem: caption} (written by reproduce.runs.tables.render); {} for none. A rendering made
     before the figures were keyed by name has {"svd_<k>": row label}: returned as it is."""
-    try:
-        return load_cells_json(out / "cells.json").get("figures") or {}
-    except (OSError, CorruptFile):
-        return {}
+    return (rendered_cells(out) or {}).get("figures") or {}
 
 
 def _svd_labels(out: Path, captions: dict) -> list[str]:
     """The labels of an older rendering's svd_<k>.png: cells.json's {svd_<k>: label}, or the k-th complete cell."""
     if captions and all(_OLD_SVD.fullmatch(k) for k in captions):
         return [captions.get(f"svd_{k}", f"svd_{k}") for k in range(1, len(captions) + 1)]
-    try:
-        cells = load_cells_json(out / "cells.json")["cells"]
-    except (OSError, CorruptFile):
-        return []
+    cells = (rendered_cells(out) or {"cells": []})["cells"]
     seen, labels = set(), []
     for c in cells:
-        if c.get("status") == STATUS_COMPLETE and c["config_hash"] not in seen:
-            seen.add(c["config_hash"])
-            labels.append(c["label"])
+        if c.get("status") == STATUS_COMPLETE and c.get("config_hash") not in seen:
+            seen.add(c.get("config_hash"))
+            labels.append(c.get("label") or str(c.get("config_hash")))
     return labels
 
 
@@ -241,8 +275,8 @@ def table_figures(out: Path, page_dir: Path) -> list[str]:
 
 def bench_table(path: Path) -> list[str]:
     """A benchmark JSON of scripts/bench.py as a small Markdown table."""
-    data = json.loads(path.read_text())
-    results = data.get("results", [])
+    data = load_bench_json(path)
+    results = data.get("results") or []
     if not results:
         return [f"`{path.name}`: no results."]
     git = data.get("git", {})
@@ -299,10 +333,8 @@ def orphan_tables(results_dir: Path, tables: list[TableInfo]) -> list[TableInfo]
         mds = sorted(d.glob("*/table.md"))
         if d.name in known or not mds:
             continue
-        try:  # the rendering's structured record (cells.json); its Markdown is only embedded, never parsed
-            meta = load_cells_json(mds[0].parent / "cells.json").get("meta") or {}
-        except (OSError, CorruptFile):
-            meta = {}
+        # the rendering's structured record (cells.json); its Markdown is only embedded, never parsed
+        meta = (rendered_cells(mds[0].parent) or {}).get("meta") or {}
         title, source = meta.get("title") or d.name, meta.get("source") or d.name.split("_")[0]
         out.append(TableInfo(d.name, title + " (its config is no longer in conf/table)", source))
     return out
@@ -317,11 +349,10 @@ def is_rendered(results_dir: Path, table: str, scale: str) -> bool:
     out = Path(results_dir) / "tables" / table / scale
     if not (out / "table.md").is_file():
         return False
-    try:
-        cells = load_cells_json(out / "cells.json")["cells"]
-    except (OSError, CorruptFile):
+    data = rendered_cells(out)
+    if data is None:
         return True  # an older rendering without cells.json
-    return any(c.get("status") == STATUS_COMPLETE for c in cells)
+    return any(c.get("status") == STATUS_COMPLETE for c in data["cells"])
 
 
 def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | None:
@@ -329,13 +360,22 @@ def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | No
     rendering of the v1 rule (before issue 23: no tie margin, no registration), whose verdicts are not shown."""
     if not is_rendered(results_dir, table, scale):
         return None
-    try:
-        data = load_claims_json(results_dir / "tables" / table / scale / "claims.json")
-    except (OSError, CorruptFile):
+    path = results_dir / "tables" / table / scale / "claims.json"
+    if not path.is_file():
         return None
-    claims = data.get("claims", [])
+    fix = rendering_fix(path)
+    claims = load_claims_json(path, fix)["claims"]
     if any("shown" not in c for c in claims):
         return {}  # rendered under the v1 rule (no tie margin, no registration): no verdict in the status table
+
+    def error(why: str) -> CorruptFile:
+        return BadFile(path, "rendered table's claims.json", why, "the JSON object reproduce.runs.tables writes", fix)
+
+    shown = (*VERDICT_KEYS[:-1], "n/a")  # what a verdict is shown as (reproduce.results.claims.shown_state)
+    for i, c in enumerate(claims):
+        check_keys(c, {"shown": str, "mark": str}, error, {"state": str}, where=f"claims[{i}].")
+        if c["shown"] not in shown:
+            raise error(f"claims[{i}].shown is {c['shown']!r}; expected one of {', '.join(shown)}")
     return {c["text"]: c for c in claims}
 
 
@@ -400,7 +440,7 @@ def diagnosis_anchors(notes: Path) -> dict[tuple[str, str], str]:
     diagnosed claim (e.g. "### `lite` ✗ Freezing does not raise total test PPL")."""
     if not notes.is_file():
         return {}
-    lines = notes.read_text().splitlines()
+    lines = read_text(notes).splitlines()
     out, seen = {}, defaultdict(int)
     for _i, _level, title in _headings(lines):
         s = slug(title)
@@ -450,7 +490,7 @@ def table_page(results_dir: Path, t: TableInfo, marks: list, generated: str) -> 
         if scale not in shown_scales:
             continue
         out = base / scale
-        lines += [f"## At `{scale}`", "", table_md_body((out / "table.md").read_text()), ""]
+        lines += [f"## At `{scale}`", "", table_md_body(read_text(out / "table.md")), ""]
         lines += [_files_line(out, base), ""]
         lines += table_figures(out, base)
     if is_rendered(results_dir, t.name, "smoke"):
@@ -463,10 +503,7 @@ def table_page(results_dir: Path, t: TableInfo, marks: list, generated: str) -> 
 def _files_line(out: Path, base: Path) -> str:
     files = " · ".join(f"[{f}]({_rel(out / f, base)})" for f in ("table.md", "table.csv", "table.tex", "cells.json")
                        if (out / f).is_file())
-    try:
-        command = load_cells_json(out / "cells.json").get("command")
-    except (OSError, CorruptFile):
-        command = None
+    command = (rendered_cells(out) or {}).get("command")
     return f"Files: {files}." + (f" Made by `{command}`." if command else "")
 
 
@@ -485,7 +522,7 @@ def smoke_page(results_dir: Path, tables: list[TableInfo], generated: str) -> st
         if not is_rendered(results_dir, t.name, "smoke"):
             continue
         lines += [f"## `{t.name}`", "", f"{t.title}. [Its page](tables/{t.name}/README.md).", "",
-                  table_md_body((out / "table.md").read_text()), "", _files_line(out, results_dir), ""]
+                  table_md_body(read_text(out / "table.md")), "", _files_line(out, results_dir), ""]
     return "\n".join(lines)
 
 
@@ -643,7 +680,7 @@ def sync_status_line(project_readme: Path, results_readme: str) -> bool:
     headline = claims_headline(results_readme)
     if headline is None or not project_readme.is_file():
         return False
-    old = project_readme.read_text()
+    old = read_text(project_readme)
     if STATUS_START not in old or STATUS_END not in old:
         return False
     head, rest = old.split(STATUS_START, 1)
@@ -698,14 +735,24 @@ where next:
     parser.add_argument("--results", default="results", help="the results folder (default: results)")
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; writes nothing")
     args = parser.parse_args(argv)
-    if args.check:
-        diff = check_report(Path(args.results))
-        if diff:
-            print(f"repdegen: the pages under {args.results}/ are stale; run `python -m reproduce.report`:", file=sys.stderr)
-            print("\n".join(diff[:60]), file=sys.stderr)
-            return 1
-        print(f"repdegen: the pages under {args.results}/ are up to date")
-        return 0
-    path = write_report(Path(args.results))
+    try:
+        results = Path(args.results)
+        if not (results / "tables").is_dir():
+            what = "has no tables/ folder" if results.is_dir() else "is not a directory"
+            raise UserError(f"--results {args.results} {what}; expected a results directory holding tables/ (the "
+                            f"repository's results/, the default); pass that folder (nothing was written)")
+        if args.check:
+            diff = check_report(results)
+            if diff:
+                print(f"repdegen: the pages under {args.results}/ are stale; run `python -m reproduce.report`:",
+                      file=sys.stderr)
+                print("\n".join(diff[:60]), file=sys.stderr)
+                return 1
+            print(f"repdegen: the pages under {args.results}/ are up to date")
+            return 0
+        path = write_report(results)  # every page is built (every file read) before one is written
+    except UserError as err:  # a wrong --results, a corrupt rendering: one line, nothing written
+        report_user_error(err)
+        return EXIT_USER_ERROR
     print(f"repdegen: wrote {path}")
     return 0

@@ -4,7 +4,9 @@ patience), the time an epoch takes and the time left at most, and how to continu
 
 It reads ``<runs_dir>/<hash>/result.json`` (rewritten after every epoch) and asks each run's lock
 (:meth:`reproduce.runs.ledger.Ledger.holder`) whether a live process trains it; it writes nothing, so it is safe
-beside running cells (``python -m reproduce.status``).
+beside running cells (``python -m reproduce.status``). A record that cannot be read, or whose fields are not of their
+types (:func:`check_progress`), is listed as one line naming the file, the field and its value, and how to recover it;
+the other runs are listed on, and the exit status is then 2.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger
+from core.errors import CorruptFile
+from reproduce.errors import EXIT_USER_ERROR
+from reproduce.runs.ledger import STATUS_COMPLETE, Ledger, read_record
 
 EPILOG = """\
 examples:
@@ -36,11 +40,71 @@ def _fmt_seconds(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def epoch_facts(record: dict) -> dict | None:
+def record_fix(run_dir: Path) -> str:
+    """How to recover a run whose ``result.json`` is corrupt."""
+    return (f"restore it from a copy, or move {run_dir} aside and train the run again (rerun its table cell, or its "
+            f"python -m reproduce.train command)")
+
+
+# what epoch_facts and the listing read of a record, and their domains: (types, the expected words, lowest value)
+_INT, _NUMBER = (int,), (int, float)
+RECORD_FIELDS = {"label": ((str,), "a string", None), "scale": ((str,), "a string", None)}
+TRAINER_FIELDS = {"max_epochs": (_INT, "an integer >= 0 or null", 0),
+                  "retrain_sessions": (_INT, "an integer >= 0 or null", 0),
+                  "early_stopping": (_INT, "an integer >= 0 or null", 0)}
+HISTORY_FIELDS = {"stage": ((str,), "a string", None), "epoch": (_INT, "an integer >= 0", 0),
+                  "session": (_INT, "an integer >= 1", 1), "epoch_seconds": (_NUMBER, "a number >= 0", 0),
+                  "valid_seconds": (_NUMBER, "a number >= 0", 0), "valid_ppl": (_NUMBER, "a number or null", None),
+                  "train_ppl": (_NUMBER, "a number or null", None)}
+
+
+def check_progress(record: dict, path: str | Path, fix: str) -> None:
+    """The fields of a run record that :func:`epoch_facts` and the listing read, each of its type and in its domain
+    (``config.trainer``'s epoch counts, each ``history`` entry an object with an integer ``epoch``, numeric times and
+    PPLs); :class:`CorruptFile` naming the file, the field and its value, and ``fix`` for the first that is not."""
+    def check(where: str, obj: dict, fields: dict, required: tuple[str, ...] = ()) -> None:
+        for key, (types, expected, low) in fields.items():
+            value = obj.get(key)
+            if value is None and key not in required:
+                continue
+            if (not isinstance(value, types) or isinstance(value, bool)
+                    or (low is not None and value < low)):
+                raise corrupt(f"{where}{key}", value if key in obj else _MISSING, expected)
+
+    def corrupt(where: str, value, expected: str) -> CorruptFile:
+        return CorruptFile(path, f"{path}: {where} is {_shown(value)}, expected {expected}; the record is corrupt: {fix}")
+
+    check("", record, RECORD_FIELDS)
+    if not isinstance(record.get("history") or [], list):
+        raise corrupt("history", record["history"], "a list of per-epoch objects")
+    if not isinstance(record.get("config") or {}, dict):
+        raise corrupt("config", record["config"], "an object")
+    trainer = (record.get("config") or {}).get("trainer") or {}
+    if not isinstance(trainer, dict):
+        raise corrupt("config.trainer", trainer, "an object")
+    check("config.trainer.", trainer, TRAINER_FIELDS)
+    for i, h in enumerate(record.get("history") or []):
+        if not isinstance(h, dict):
+            raise corrupt(f"history[{i}]", h, "an object (one epoch's record)")
+        check(f"history[{i}].", h, HISTORY_FIELDS, required=("epoch",))
+
+
+_MISSING = object()
+
+
+def _shown(value) -> str:
+    text = "missing" if value is _MISSING else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def epoch_facts(record: dict, path: str | Path = "the run record", fix: str = "restore it, or train the run again"
+                ) -> dict | None:
     """A run's progress from its record: the last training epoch, its session, the epoch time (median of the last
     5, validation included: one epoch stretched by a stop, a pause or a restart does not move it), the epochs left
     at most (every epoch up to ``trainer.max_epochs`` in every training session; early stopping may end it sooner)
-    and the best validation PPL so far. None before the first epoch."""
+    and the best validation PPL so far. None before the first epoch. A record whose fields are not of their types
+    raises :class:`CorruptFile` (:func:`check_progress`: naming ``path`` and ``fix``)."""
+    check_progress(record, path, fix)
     history = [h for h in record.get("history") or [] if h.get("stage", "train") == "train"]
     if not history:
         return None
@@ -77,23 +141,28 @@ def run_state(record: dict, holder: str | None) -> str:
     return status
 
 
+CORRUPT = "corrupt record"  # the state of a run whose result.json cannot be read (its row's error says why)
+
+
 def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bool = False) -> list[dict]:
     """One dict per run of the ledger (sorted: training first, then by label), its facts and its state."""
     ledger = Ledger(runs_dir)
     rows = []
     root = Path(runs_dir)
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        path = run_dir / "result.json"
+        if not path.is_file():
+            continue
         try:
-            record = ledger.load(run_dir.name)
-        except CorruptRecord as err:
-            rows.append({"hash": run_dir.name, "label": "?", "scale": "?", "state": f"corrupt record: {err.why}",
-                         "facts": None, "resume": f"see {run_dir / 'result.json'}"})
-            continue
-        if record is None:
-            continue
-        if scale is not None and record.get("scale") != scale:
-            continue
-        if record.get("status") == STATUS_COMPLETE and not include_complete:
+            record = read_record(path, record_fix(run_dir))
+            if scale is not None and record.get("scale") != scale:
+                continue
+            if record.get("status") == STATUS_COMPLETE and not include_complete:
+                continue
+            facts = epoch_facts(record, path, record_fix(run_dir))
+        except CorruptFile as err:  # listed as it is, with how to recover it; the others are listed on
+            rows.append({"hash": run_dir.name, "label": "?", "scale": "?", "state": CORRUPT, "facts": None,
+                         "resume": None, "error": " ".join(str(err).split())})
             continue
         state = run_state(record, ledger.holder(run_dir.name))
         resume = None
@@ -101,13 +170,15 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
             resume = f"python -m reproduce.runs.launch {run_dir / 'cell.yaml'}" if (run_dir / "cell.yaml").is_file() \
                 else f"python -m reproduce.train ... trainer.resume=true (the command in {run_dir / 'result.json'})"
         rows.append({"hash": run_dir.name, "label": record.get("label", "?"), "scale": record.get("scale", "?"),
-                     "state": state, "facts": epoch_facts(record), "resume": resume,
+                     "state": state, "facts": facts, "resume": resume,
                      "error": record.get("error") if state == "failed" else None})
     rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
     return rows
 
 
 def format_row(row: dict) -> str:
+    if row["state"] == CORRUPT:
+        return row["error"]  # one line: the file, the field and its value, how to recover it
     f = row["facts"]
     head = f"{row['hash']}  {row['label']} ({row['scale']})  {row['state']}"
     if f is None:
@@ -174,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = collect(args.runs_dir, args.scale, args.all)
     if args.plot:
         plot_runs(args.runs_dir, rows, args.plot)
+    corrupt = sum(r["state"] == CORRUPT for r in rows)
     if args.json:
         for row in rows:
             print(json.dumps(row))
-        return 0
+        return _corrupt_note(args.runs_dir, corrupt)
     if not rows:
         what = "no runs" if args.all else "no run training, stopped or failed (--all lists the complete ones)"
         print(f"repdegen: {args.runs_dir}: {what}" + (f" at scale {args.scale}" if args.scale else ""))
@@ -189,4 +261,12 @@ def main(argv: list[str] | None = None) -> int:
             print(format_row(row), flush=True)
     except BrokenPipeError:  # `| head`: the reader has what it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
-    return 0
+    return _corrupt_note(args.runs_dir, corrupt)
+
+
+def _corrupt_note(runs_dir: str, corrupt: int) -> int:
+    """After the listing: one line on stderr when records are corrupt (exit status 2), else nothing."""
+    if corrupt:
+        print(f"repdegen: error: {corrupt} run record(s) in {runs_dir} are corrupt (listed above, each with how to "
+              f"recover it); the other runs are listed as they are", file=sys.stderr, flush=True)
+    return EXIT_USER_ERROR if corrupt else 0
