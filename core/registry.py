@@ -40,10 +40,6 @@ class Registry:
         """The registered classes, in name order."""
         return [self._entries[n][0] for n in self.names()]
 
-    def config_classes(self) -> list[type]:
-        """The registered config dataclasses, in name order."""
-        return [self._entries[n][1] for n in self.names()]
-
     def entry(self, cfg: Any) -> tuple[type, type]:
         name = cfg[self.key] if isinstance(cfg, DictConfig) else getattr(cfg, self.key)
         if name not in self._entries:

@@ -202,13 +202,10 @@ def _nearest_fields(message: str) -> list[str]:
         return []
     key, name = m.groups()
     kind = None
-    from losses import OBJECTIVES
-    from models import MODELS
-    from reproduce.runs import launch, tables
-    from reproduce.settings import config
-
-    schemas = [getattr(m, name, None) for m in (config, tables, launch)]
-    schemas += MODELS.config_classes() + OBJECTIVES.config_classes()
+    # the schema among the modules already loaded (the entry point has imported the configs, models and objectives;
+    # importing them here would make this bottom-floor module depend on them)
+    ours = ("reproduce", "models", "losses", "core", "data", "analysis")
+    schemas = [getattr(m, name, None) for k, m in list(sys.modules.items()) if k.split(".")[0] in ours and m]
     kind = next((c for c in schemas if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__name__ == name),
                 None)
     if kind is None:
