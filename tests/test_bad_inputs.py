@@ -439,3 +439,12 @@ def test_launch_settings_are_checked_before_anything_is_registered(override, mes
             run_table(app)
     assert message in str(err.value)
     assert not (tmp_path / "tables").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_missing_device_is_an_error_before_the_run_directory_exists(compose_cfg, tmp_path):
+    from reproduce.train import train
+
+    with pytest.raises(ConfigError, match="trainer.device=cuda but no CUDA device is available"):
+        train(compose_cfg(*RUN, "trainer.device=cuda"))
+    assert not (tmp_path / "out" / "runs").exists() or not any((tmp_path / "out" / "runs").iterdir())

@@ -107,6 +107,7 @@ def train(run: RunSpec | DictConfig) -> dict:
     cfg, h = spec.cfg, spec.config_hash
     dist.init_distributed(use_cuda=uses_cuda(cfg.trainer.device))
     check_world_size(cfg, dist.world_size())
+    pick_device(cfg.trainer.device)  # a device that is not there: an error before the run's directory is made
     ledger = Ledger(cfg.paths.runs_dir, repair=True)
 
     def lock(stack: contextlib.ExitStack) -> None:
