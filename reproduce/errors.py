@@ -216,10 +216,42 @@ def _nearest_fields(message: str) -> list[str]:
     return [prefix + n for n in difflib.get_close_matches(key, names, n=2, cutoff=0.6)]
 
 
+# Hydra's command-line flags (hydra/_internal/utils.py get_args_parser): those that take a value, and the others
+HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
+HYDRA_FLAGS = HYDRA_VALUE_FLAGS | {"--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r",
+                                   "--multirun", "-m", "--shell-completion", "-sc"}
+
+
+def check_flags(argv: list[str]) -> None:
+    """An option Hydra does not know (``--bogus``, ``--max-epochs 3``) as one ``repdegen: error:`` line, exit status 2,
+    instead of argparse's usage block: the entry points take ``key=value`` overrides and Hydra's flags."""
+    expect_value = False
+    for arg in argv:
+        if expect_value:
+            expect_value = False
+            if not arg.startswith("-") or arg in ("-", "--"):
+                continue
+        name = arg.split("=", 1)[0]
+        if arg.startswith("-") and name not in HYDRA_FLAGS:
+            print(f"repdegen: error: unknown option {arg!r}: the entry points take key=value overrides (e.g. "
+                  f"trainer.max_epochs=3, not --max-epochs 3) and Hydra's flags (--help, --cfg job, -m ...); see "
+                  f"python -m {_entry_name()} --help", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USER_ERROR)
+        expect_value = name in HYDRA_VALUE_FLAGS and "=" not in arg and name not in ("--info", "-i")
+
+
+def _entry_name() -> str:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return spec.name if spec is not None and spec.name else "reproduce.<entry point>"
+
+
 def install_hydra_error_handler() -> None:
-    """Make Hydra's errors before an entry point starts (composition, override grammar) one
+    """Make Hydra's errors before an entry point starts (composition, override grammar, an unknown option) one
     ``repdegen: error:`` line and exit status 2, like every other user error. Errors raised after the
     entry point started keep Hydra's report (exit status 1). ``HYDRA_FULL_ERROR=1`` shows everything."""
+    check_flags(sys.argv[1:])
     try:
         import hydra._internal.utils as hydra_utils
     except ImportError:  # pragma: no cover

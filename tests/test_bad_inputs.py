@@ -448,3 +448,24 @@ def test_a_missing_device_is_an_error_before_the_run_directory_exists(compose_cf
     with pytest.raises(ConfigError, match="trainer.device=cuda but no CUDA device is available"):
         train(compose_cfg(*RUN, "trainer.device=cuda"))
     assert not (tmp_path / "out" / "runs").exists() or not any((tmp_path / "out" / "runs").iterdir())
+
+
+@pytest.mark.parametrize("argv,bad", [(["--bogus"], "--bogus"), (["--max-epochs", "3"], "--max-epochs"),
+                                      (["--cfg", "job", "--nope=1"], "--nope=1"), (["-x"], "-x")])
+def test_an_unknown_option_is_one_line_not_argparse_usage(argv, bad, capsys):
+    from reproduce.errors import check_flags
+
+    with pytest.raises(SystemExit) as ex:
+        check_flags(argv)
+    err = capsys.readouterr().err
+    assert ex.value.code == EXIT_USER_ERROR and err.count("\n") == 1 and f"unknown option {bad!r}" in err
+    assert "key=value overrides" in err
+
+
+def test_hydras_own_flags_and_overrides_pass_the_option_check():
+    from reproduce.errors import check_flags
+
+    for argv in (["--help"], ["--cfg", "job", "scale=smoke"], ["-c", "hydra"], ["-m", "objective=mle,al"],
+                 ["--config-name=config", "-p", "trainer"], ["--info"], ["--info", "config"], ["~trainer.gpus"],
+                 ["+trainer.analysis.groups=true", "hydra/launcher=submitit_slurm"]):
+        check_flags(argv)  # no SystemExit
