@@ -179,16 +179,17 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
             logits = nn.functional.linear(hc, W, b)  # bf16 under autocast
             cdt = logits.dtype
             acc = torch.float64 if cdt == torch.float64 else torch.float32
-            z = logits.to(acc)
+            # the chunk's log-probabilities in acc from one kernel (not a cast, a log-sum-exp and a subtraction:
+            # on an H100 the separate passes cost MLE 6.5 %, results/bench/gpu/README.md 2026-11-27)
+            lp = torch.log_softmax(logits, dim=-1, dtype=acc)
             del logits
-            lse = torch.logsumexp(z, dim=-1)
             col = tc.unsqueeze(1)
-            part = (lse - z.gather(1, col).squeeze(1)).sum()
+            part = -lp.gather(1, col).sum()
             nll_sum = part if nll_sum is None else nll_sum + part
-            if eps:
-                part = (lse - z.mean(-1)).sum()
+            if eps:  # mean_k(-lp_ik)
+                part = -lp.mean(-1).sum()
                 smooth_sum = part if smooth_sum is None else smooth_sum + part
-            gz = z.sub_(lse.unsqueeze(1)).exp_()  # p, in place of the chunk's logits
+            gz = lp.exp_()  # p, in place of the chunk's log-probabilities
             if eps:
                 gz.sub_(eps / v)
             own = gz.gather(1, col) - (1.0 - eps)
