@@ -428,7 +428,8 @@ def test_an_unknown_key_names_the_nearest_setting_not_the_plus_form():
     ("launch.poll_seconds=0", "launch.poll_seconds=0.0 is outside its domain: expected a number > 0"),
     ("launch.grace_seconds=-1", "launch.grace_seconds=-1.0 is outside its domain: expected a number >= 0"),
     ("launch.backend=bogus", "launch.backend='bogus' is not one of auto, local, slurm, inline; set launch.backend="),
-    ("launch.gpus=[0,0]", "expected distinct GPU ids"),
+    ("launch.gpus=[0,-1]", "expected a non-empty list of GPU ids >= 0"),
+    ("launch.gpus=[]", "expected a non-empty list of GPU ids >= 0"),
 ])
 def test_launch_settings_are_checked_before_anything_is_registered(override, message, tmp_path, tiny_data):
     from reproduce.runs.tables import run_table

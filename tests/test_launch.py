@@ -141,6 +141,41 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
     assert started[2][1] == "0,1,2" and "--nproc_per_node=3" in started[2][0]
 
 
+def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monkeypatch, tmp_path):
+    """launch.gpus=[0,0,1] (scripts/device_lite.sh runs several small cells on one GPU this way): three 1-GPU cells
+    start at once, two on GPU 0 and one on GPU 1; a 2-GPU cell gets GPUs 0 and 1, never "0,0"; a 3-GPU cell on
+    these two distinct GPUs gets both."""
+    import reproduce.runs.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda requested: list(requested))
+    started, live = [], []
+
+    class FakeProc:
+        def __init__(self, cmd, env, **kw):
+            started.append((cmd, env.get("CUDA_VISIBLE_DEVICES")))
+            self.pid, self.returncode, self.polls = 0, None, 0
+            live.append(self)
+            self.peak = sum(p.returncode is None for p in live)
+
+        def poll(self):
+            self.polls += 1
+            if self.polls > 3:
+                self.returncode = EXIT_OK
+            return self.returncode
+
+    monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    jobs = [Job(f"h{i}", f"cell{i}", tmp_path / f"c{i}.yaml", tmp_path / f"h{i}" / "train.log", gpus=g)
+            for i, g in enumerate((1, 1, 1, 2, 3))]
+    status = LocalScheduler(jobs, LaunchConfig(poll_seconds=0.01, gpus=[0, 0, 1]), progress=False).run()
+    assert set(status.values()) == {"complete"}
+    assert [dev for _, dev in started[:3]] == ["0", "0", "1"] and max(p.peak for p in live[:3]) == 3
+    assert started[3][1] == "0,1" and "--nproc_per_node=2" in started[3][0]
+    assert started[4][1] == "0,1" and "--nproc_per_node=2" in started[4][0]
+    assert launch.take_distinct([0, 0, 1, 1], 2) == ([0, 1], [0, 1])
+    assert launch.take_distinct([0, 0], 1) == ([0], [0])
+
+
 def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):
     """launch.parallel=2 without GPUs: two cells start at once, each told to use half of the cores
     (OMP_NUM_THREADS), unless the user set OMP_NUM_THREADS; one cell at a time keeps torch's default."""

@@ -66,7 +66,8 @@ class LaunchConfig:
     """
 
     backend: str = "auto"
-    # local GPU ids to use; None: every visible GPU
+    # local GPU ids to use, one slot each; an id given k times is k slots on that GPU (small cells side by side on
+    # one GPU: launch.gpus=[0,0,0]; a cell wanting several GPUs still gets distinct ones); None: every visible GPU
     gpus: list[int] | None = None
     # cells at a time without GPUs. With N > 1 each cell gets cores // N threads (OMP_NUM_THREADS, unless
     # that is set already): on a 2-core CPU, launch.parallel=2 runs two one-thread cells, which together
@@ -124,6 +125,15 @@ def visible_gpus(requested: list[int] | None) -> list[int]:
         raise ConfigError(f"launch.gpus={list(requested)} names GPU(s) {bad}, but this machine shows {n} "
                           f"GPU(s) (ids 0..{n - 1}); pass ids from that range, or leave launch.gpus unset for all")
     return list(requested)
+
+
+def take_distinct(free: list[int], need: int) -> tuple[list[int], list[int]]:
+    """``need`` distinct GPU ids from the free slots ``free`` (an id listed k times is k slots), first free first,
+    and the slots left: (ids, rest). The caller checks that ``free`` holds ``need`` distinct ids."""
+    ids, rest = [], []
+    for g in free:
+        (ids if len(ids) < need and g not in ids else rest).append(g)
+    return ids, rest
 
 
 def epoch_progress(record: dict) -> str | None:
@@ -240,7 +250,7 @@ class LocalScheduler:
     def _wanted(self, job: Job) -> int:
         if not self.gpus:
             return 0
-        return max(1, min(job.gpus if self.launch.ddp else 1, len(self.gpus)))
+        return max(1, min(job.gpus if self.launch.ddp else 1, len(set(self.gpus))))
 
     def run(self) -> dict[str, str]:
         free = list(self.gpus)
@@ -256,8 +266,8 @@ class LocalScheduler:
                     if self._elsewhere(job, progress):
                         continue
                     need = self._wanted(job)
-                    if self.gpus and need <= len(free):
-                        ids, free = free[:need], free[need:]
+                    if self.gpus and need <= len(set(free)):
+                        ids, free = take_distinct(free, need)
                     elif not self.gpus and cpu_slots > 0:
                         ids, cpu_slots = [], cpu_slots - 1
                     else:
@@ -603,10 +613,10 @@ def validate_launch(launch) -> None:
         if not ok:
             raise ConfigError(f"launch.{key}={value!r} is outside its domain: expected {want}; set {fix}")
     gpus = launch.get("gpus")
-    if gpus is not None and not (all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus)
-                                 and len(set(gpus)) == len(gpus)):
-        raise ConfigError(f"launch.gpus={list(gpus)!r}: expected distinct GPU ids >= 0 (e.g. launch.gpus=[0,1]) or "
-                          f"null for every visible GPU")
+    if gpus is not None and not (len(gpus) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
+                                                   for g in gpus)):
+        raise ConfigError(f"launch.gpus={list(gpus)!r}: expected a non-empty list of GPU ids >= 0, one slot each (e.g. "
+                          f"launch.gpus=[0,1]; [0,0,0]: three cells side by side on GPU 0), or null for every visible GPU")
 
 
 def jobs_for(cells, runs_dir: str | Path, tables_of: dict[str, list[str]] | None = None) -> list[Job]:
