@@ -141,18 +141,14 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
     assert started[2][1] == "0,1,2" and "--nproc_per_node=3" in started[2][0]
 
 
-def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monkeypatch, tmp_path):
-    """launch.gpus=[0,0,1] (scripts/device_lite.sh runs several small cells on one GPU this way): three 1-GPU cells
-    start at once, two on GPU 0 and one on GPU 1; a 2-GPU cell gets GPUs 0 and 1, never "0,0"; a 3-GPU cell on
-    these two distinct GPUs gets both."""
-    import reproduce.runs.launch as launch
-
-    monkeypatch.setattr(launch, "visible_gpus", lambda requested: list(requested))
+def fake_popen(monkeypatch, launch, record):
+    """Replaces the scheduler's Popen by a process that ends after 3 polls: (started, live), the ``record(cmd, env)``
+    of every start and the fake processes, each with ``peak``, how many were running when it started."""
     started, live = [], []
 
     class FakeProc:
         def __init__(self, cmd, env, **kw):
-            started.append((cmd, env.get("CUDA_VISIBLE_DEVICES")))
+            started.append(record(cmd, env))
             self.pid, self.returncode, self.polls = 0, None, 0
             live.append(self)
             self.peak = sum(p.returncode is None for p in live)
@@ -164,6 +160,17 @@ def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monk
             return self.returncode
 
     monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)
+    return started, live
+
+
+def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monkeypatch, tmp_path):
+    """launch.gpus=[0,0,1] (scripts/device_lite.sh runs several small cells on one GPU this way): three 1-GPU cells
+    start at once, two on GPU 0 and one on GPU 1; a 2-GPU cell gets GPUs 0 and 1, never "0,0"; a 3-GPU cell on
+    these two distinct GPUs gets both."""
+    import reproduce.runs.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda requested: list(requested))
+    started, live = fake_popen(monkeypatch, launch, lambda cmd, env: (cmd, env.get("CUDA_VISIBLE_DEVICES")))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     jobs = [Job(f"h{i}", f"cell{i}", tmp_path / f"c{i}.yaml", tmp_path / f"h{i}" / "train.log", gpus=g)
             for i, g in enumerate((1, 1, 1, 2, 3))]
@@ -183,22 +190,7 @@ def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):
 
     monkeypatch.setattr(launch, "visible_gpus", lambda requested: [])
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    started, live = [], []
-
-    class FakeProc:
-        def __init__(self, cmd, env, **kw):
-            started.append(env.get("OMP_NUM_THREADS"))
-            self.pid, self.returncode, self.polls = 0, None, 0
-            live.append(self)
-            self.peak = sum(p.returncode is None for p in live)
-
-        def poll(self):
-            self.polls += 1
-            if self.polls > 3:
-                self.returncode = EXIT_OK
-            return self.returncode
-
-    monkeypatch.setattr(launch.subprocess, "Popen", FakeProc)
+    started, live = fake_popen(monkeypatch, launch, lambda cmd, env: env.get("OMP_NUM_THREADS"))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
     def jobs(tag):
