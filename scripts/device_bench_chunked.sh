@@ -6,7 +6,7 @@
 # subtraction and exp were separate passes. The commit after e357598 forms the chunk's log-probabilities with one
 # log_softmax kernel; this A/B compares it with the code before it, carried as .base, interleaved base, new, base,
 # new. Before the call:  rm -rf .base && mkdir .base && git archive e357598 | tar -x -C .base
-# then carry ".whl" and ".base". Everything lands in $OUT. ~5 min of device time.
+# then carry ".whl" and ".base". Everything lands in $OUT. ~5 min of device time, ~7 with the closing AGG profile.
 # Usage: bash scripts/device_bench_chunked.sh [CHUNK_ROWS]     (DEADLINE=seconds: later steps are skipped, and said so)
 set -uo pipefail
 chunk=${1:-4096}
@@ -28,4 +28,7 @@ for r in 1 2; do
       --out /tmp/bench/lm-$side-$r.json) 2>&1 | grep -v USDT; pack
   done
 done
+# then, for AGG's 1.10x (target 1.05x): where its extra time goes, MLE and fused AGG side by side under the profiler
+fits 130 profile-agg && { timeout 130 python3 scripts/bench.py "${lm[@]}" --objectives mle agg --profile 2 \
+  --out /tmp/bench/profile-agg.json 2>&1 | grep -v USDT; pack; }
 echo "done in ${SECONDS}s"
