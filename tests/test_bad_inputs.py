@@ -424,7 +424,8 @@ def test_an_unknown_key_names_the_nearest_setting_not_the_plus_form():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("launch.parallel=0", "launch.parallel=0 is outside its domain: expected an integer >= 1"),
+    ("launch.parallel=0", "launch.parallel=0 is outside its domain: expected an integer > 0 (cells at a time on the "
+                          "CPU, each given cores / N threads); set launch.parallel=<a value in it>, e.g. launch.parallel=1"),
     ("launch.poll_seconds=0", "launch.poll_seconds=0.0 is outside its domain: expected a number > 0"),
     ("launch.grace_seconds=-1", "launch.grace_seconds=-1.0 is outside its domain: expected a number >= 0"),
     ("launch.backend=bogus", "launch.backend='bogus' is not one of auto, local, slurm, inline; set launch.backend="),

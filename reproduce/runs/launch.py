@@ -32,13 +32,12 @@ reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduc
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -599,19 +598,14 @@ def validate_launch(launch) -> None:
     """The ``launch`` settings in their domains, checked before anything is registered or run: one ConfigError
     naming the key, the value, what is expected and a value that fits."""
     from reproduce.errors import ConfigError
+    from reproduce.settings.domains import check_domains
 
     if launch.backend not in BACKENDS:
         raise ConfigError(f"launch.backend={launch.backend!r} is not one of {', '.join(BACKENDS)}; set "
                           f"launch.backend=local (a process per cell here) or launch.backend=slurm")
-    checks = (("parallel", int, 1, "an integer >= 1 (cells at a time on the CPU)", "launch.parallel=2"),
-              ("poll_seconds", (int, float), None, "a number > 0 (seconds)", "launch.poll_seconds=5"),
-              ("grace_seconds", (int, float), 0, "a number >= 0 (seconds)", "launch.grace_seconds=120"))
-    for key, kind, low, want, fix in checks:
-        value = launch.get(key)
-        ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > 0 if low is None else value >= low)
-        if not ok:
-            raise ConfigError(f"launch.{key}={value!r} is outside its domain: expected {want}; set {fix}")
+    # the numbers in their declared domains (reproduce/settings/domains.py, the launch.* entries)
+    tree = OmegaConf.to_container(launch, resolve=True) if isinstance(launch, DictConfig) else asdict(launch)
+    check_domains({"launch": {k: v for k, v in tree.items() if k != "gpus"}}, sections=("launch",))
     gpus = launch.get("gpus")
     if gpus is not None and not (len(gpus) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
                                                    for g in gpus)):

@@ -21,11 +21,17 @@ from dataclasses import dataclass
 
 from reproduce.errors import ConfigError
 
-# the config sections whose numbers the domains govern (paths, logger and launch settings are checked where used)
+# the config sections of a run whose numbers the domains govern, checked by finalize (paths and logger settings are
+# checked where used; the table command's `launch` section, declared below too, by reproduce.runs.launch.validate_launch
+# before a table registers anything)
 SECTIONS = ("seed", "dataset", "model", "objective", "optim", "trainer", "scale")
 
 DOMAINS: dict[str, str] = {
     "seed": "int>=0",
+    # the table command's launch settings (not part of a run's config)
+    "launch.parallel": "int>0",
+    "launch.poll_seconds": "float>0",
+    "launch.grace_seconds": "float>=0",
     # dataset
     "dataset.bpe_sample_lines": "int>0",
     "dataset.bpe_vocab_size": "int>0",
@@ -105,6 +111,9 @@ HINTS = {
     "trainer.early_stopping_min_delta": "the relative drop of the training objective that counts as an improvement "
                                         "under trainer.early_stopping_on=train (0.001: 0.1 %)",
     "trainer.label_smoothing": "the share of the target's probability spread over the vocabulary; 0: none",
+    "launch.parallel": "cells at a time on the CPU, each given cores / N threads",
+    "launch.poll_seconds": "how often the scheduler looks at its cells",
+    "launch.grace_seconds": "how long a stopped cell may take to write its checkpoint",
 }
 
 
@@ -176,13 +185,13 @@ def _leaves(node, prefix: str):
         yield prefix, node
 
 
-def numeric_leaves(cfg) -> dict[str, object]:
-    """The leaves of the governed sections that are numbers (bools excluded) or are declared numeric."""
+def numeric_leaves(cfg, sections: tuple[str, ...] = SECTIONS) -> dict[str, object]:
+    """The leaves of the governed ``sections`` that are numbers (bools excluded) or are declared numeric."""
     from omegaconf import DictConfig, OmegaConf
 
     tree = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     out = {}
-    for section in SECTIONS:
+    for section in sections:
         if section not in tree:
             continue
         for key, value in _leaves({section: tree[section]}, ""):
@@ -191,9 +200,9 @@ def numeric_leaves(cfg) -> dict[str, object]:
     return out
 
 
-def check_domains(cfg) -> None:
-    """Raise a ConfigError for the first numeric setting outside its domain (see the module doc)."""
-    for key, value in numeric_leaves(cfg).items():
+def check_domains(cfg, sections: tuple[str, ...] = SECTIONS) -> None:
+    """Raise a ConfigError for the first numeric setting of ``sections`` outside its domain (see the module doc)."""
+    for key, value in numeric_leaves(cfg, sections).items():
         domain = domain_of(key)
         if value is None:
             continue
