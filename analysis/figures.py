@@ -99,11 +99,16 @@ def _part(record: dict) -> str:
     return str(record.get("stage"))
 
 
+# the paper's validation PPL of a row, drawn across its panel in the row's colour
+TARGET_STYLE = (0, (1, 2))
+TARGET_NAME = "thin dotted line across: the paper's validation PPL"
+
+
 def figure_validation_curves(series: list[tuple[str, str | None, list[dict]]], title: str,
-                             show_train: bool = False) -> Figure | None:
+                             show_train: bool = False, targets: dict | None = None) -> Figure | None:
     """The figure of :func:`plot_validation_curves`, not saved (None when no series has a history). Each row's
     artists carry ``gid`` "<group>|<label>|<part>|valid" (the mean line), "...|band" (the min–max band),
-    "...|train" (the mean training PPL)."""
+    "...|train" (the mean training PPL) and "<group>|<label>|paper" (its ``targets`` line)."""
     colors = row_colors([(group, label) for label, group, _ in series])  # as every figure of the table colours them
     series = [s for s in series if s[2]]
     if not series:
@@ -134,6 +139,9 @@ def figure_validation_curves(series: list[tuple[str, str | None, list[dict]]], t
                 if show_train and any(train):  # the training PPL, faint: the gap to validation shows overfitting
                     xs, mean, _, _, _ = mean_band(train)
                     ax.plot(xs, mean, style, color=color, alpha=0.35, lw=1.0, gid=f"{tag}|{part}|train")
+            target = (targets or {}).get((g, label))
+            if target is not None and _finite(target):
+                ax.axhline(float(target), color=color, ls=TARGET_STYLE, lw=1.0, alpha=0.9, gid=f"{tag}|paper")
             handles.append(Line2D([], [], color=color, marker=".", lw=1.6))
             names.append(row_name(g, label, with_group))
             counts.append(len(histories))
@@ -155,13 +163,16 @@ def figure_validation_curves(series: list[tuple[str, str | None, list[dict]]], t
     if show_train:
         handles.append(Line2D([], [], color="0.3", alpha=0.35, lw=1.0))
         names.append("faint: training PPL")
+    if any(str(a.get_gid()).endswith("|paper") for ax in axes[0] for a in ax.lines):
+        handles.append(Line2D([], [], color="0.3", ls=TARGET_STYLE, lw=1.0))
+        names.append(TARGET_NAME)
     figure_legend(fig, handles, names, title=band_note(counts))
     fig.suptitle("\n".join(textwrap.wrap(title, width=max(50, int(70 * len(groups))))), fontsize=10)
     return fig
 
 
 def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], path: Path, title: str,
-                           show_train: bool = False) -> Path | None:
+                           show_train: bool = False, targets: dict | None = None) -> Path | None:
     """Validation PPL against epoch, one colour per row and one panel per group (cf. Inan et al. 2017, Fig. 2).
 
     ``series``: (label, group, history) with history the per-epoch records of a run. Series with the same
@@ -169,9 +180,11 @@ def plot_validation_curves(series: list[tuple[str, str | None, list[dict]]], pat
     (the mean at an epoch is over the seeds that reached it). The epochs of a finetuning stage continue the axis
     after the training stage, drawn dashed, and so do those of a re-training session (``trainer.retrain_sessions``:
     Inan et al. 2017, footnote 5), drawn dotted. ``show_train``: the training PPL too, faint, in the same colour
-    and style. One legend, below the panels.
+    and style. ``targets``: {(group, label): the paper's validation PPL}, each drawn as a thin dotted line across
+    its row's panel in the row's colour (the table at paper scale: where a run is heading against its target). One
+    legend, below the panels.
     """
-    fig = figure_validation_curves(series, title, show_train)
+    fig = figure_validation_curves(series, title, show_train, targets)
     if fig is None:
         return None
     path = Path(path)

@@ -74,6 +74,24 @@ def test_curves_draw_the_mean_over_seeds_and_a_min_max_band_one_colour_per_row()
     assert fig.axes[0].get_legend() is None
 
 
+def test_curves_draw_each_rows_paper_target_across_its_panel_in_its_colour():
+    series = [("MLE", "Small", _history([300.0, 200.0])), ("RE", "Small", _history([310.0, 190.0])),
+              ("MLE", "Medium", _history([250.0, 150.0]))]
+    fig = figure_validation_curves(series, "t", targets={("Small", "MLE"): 92.6, ("Medium", "MLE"): 82.0,
+                                                           ("Small", "nope"): 1.0, ("Small", "RE"): float("nan")})
+    (small,) = _by_gid(fig, "Small|MLE|paper")
+    (medium,) = _by_gid(fig, "Medium|MLE|paper")
+    assert list(small.get_ydata()) == [92.6, 92.6] and list(medium.get_ydata()) == [82.0, 82.0]
+    assert small.axes is fig.axes[0] and medium.axes is fig.axes[1]  # each in its row's panel
+    (line,) = _by_gid(fig, "Small|MLE|train|valid")
+    assert to_rgba(small.get_color()) == to_rgba(line.get_color())
+    assert not _by_gid(fig, "Small|RE|paper") and not _by_gid(fig, "Small|nope|paper")  # NaN, or no such row: none
+    assert "thin dotted line across: the paper's validation PPL" in _legend_texts(fig)
+    plain = figure_validation_curves(series, "t")
+    assert not [a for a in plain.axes[0].lines if str(a.get_gid()).endswith("|paper")]
+    assert "thin dotted line across: the paper's validation PPL" not in _legend_texts(plain)
+
+
 def test_curves_seeds_of_different_lengths_are_matched_by_epoch():
     series = [("MLE", None, _history([300.0, 200.0, 150.0])), ("MLE", None, _history([320.0, 210.0]))]
     fig = figure_validation_curves(series, "t")

@@ -147,3 +147,39 @@ def test_plot_of_the_learning_curves_so_far(tmp_path, capsys):
     _write(empty, "cccc", "preempted", [])
     assert main(["--runs-dir", str(empty), "--plot", str(tmp_path / "none.png")]) == 0
     assert not (tmp_path / "none.png").exists() and "no run has finished an epoch" in capsys.readouterr().err
+
+
+def test_a_paper_runs_target_is_its_table_rows_paper_valid_ppl(tmp_path):
+    """A paper-scale run is matched to the table rows whose experiment and overrides its record says (a group
+    choice by `choices`, a setting by `config`); the row's paper validation PPL is its target. No target at lite, for
+    a first-session row (stage session1), where a setting differs, or where two matching rows disagree."""
+    from omegaconf import OmegaConf
+
+    from reproduce.runs.status import paper_valid_targets
+
+    conf = tmp_path / "table"
+    conf.mkdir()
+    OmegaConf.save(OmegaConf.create({"rows": [
+        {"label": "MLE", "experiment": "e/small", "overrides": ["objective=mle"], "paper": {"valid_ppl": 92.6}},
+        {"label": "MLE 1st", "experiment": "e/small", "overrides": ["objective=mle"], "stage": "session1",
+         "paper": {"valid_ppl": 1.0}},
+        {"label": "keep 0.7", "experiment": "e/h200", "overrides": ["objective=mle", "model.dropout=0.3"],
+         "paper": {"valid_ppl": 120.0}},
+        {"label": "test only", "experiment": "e/h200", "overrides": ["objective=re"], "paper": {"test_ppl": 97.6}}]}),
+        conf / "a.yaml")
+
+    def record(experiment, objective, dropout=0.5, scale="paper"):
+        return {"scale": scale, "choices": {"experiment": experiment, "objective": objective},
+                "config": {"model": {"dropout": dropout}}}
+
+    assert paper_valid_targets(record("e/small", "mle"), conf) == 92.6
+    assert paper_valid_targets(record("e/small", "mle", scale="lite"), conf) is None
+    assert paper_valid_targets(record("e/small", "re"), conf) is None
+    assert paper_valid_targets(record("e/h200", "mle", dropout=0.3), conf) == 120.0
+    assert paper_valid_targets(record("e/h200", "mle", dropout=0.5), conf) is None  # the setting differs
+    assert paper_valid_targets(record("e/h200", "re"), conf) is None  # the row prints no validation PPL
+    OmegaConf.save(OmegaConf.create({"rows": [
+        {"label": "MLE again", "experiment": "e/small", "overrides": ["objective=mle"], "paper": {"valid_ppl": 90.0}}]}),
+        conf / "b.yaml")
+    assert paper_valid_targets(record("e/small", "mle"), conf) is None  # two tables disagree: no line
+

@@ -331,3 +331,15 @@ def test_markdown_splits_a_wide_table_by_family_and_drops_empty_columns():
     # a family that fits stays in one table: the 4 PPL metrics' 8 columns share a table
     assert any(all(f"{label} (ours)" in t for label in ("Test PPL", "PPL frequent", "PPL medium", "PPL rare"))
                for t in tables)
+
+
+def test_the_tables_paper_lines_are_the_rows_printed_validation_ppl_at_paper_only():
+    from types import SimpleNamespace as R
+
+    from reproduce.runs.tables import paper_valid_lines
+
+    t = R(rows=[R(group="Small", label="MLE", paper={"valid_ppl": 92.6, "test_ppl": 87.3}),
+                R(group="Small", label="1st", paper={}), R(group=None, label="T", paper={"test_ppl": 97.6}),
+                R(group=None, label="N", paper=None)])
+    assert paper_valid_lines(t, "paper") == {("Small", "MLE"): 92.6}
+    assert paper_valid_lines(t, "lite") == {} and paper_valid_lines(t, "smoke") == {}

@@ -205,20 +205,58 @@ def format_row(row: dict) -> str:
     return "\n".join(lines)
 
 
+def _override_holds(record: dict, override: str) -> bool:
+    """Whether a table row's override (``objective=re``, ``model.dropout=0.3``) is what the run's record says: a
+    config group by the record's ``choices``, a setting by its resolved ``config``."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    key, _, text = override.lstrip("+").partition("=")
+    if key in (record.get("choices") or {}):
+        return str(record["choices"][key]) == text
+    config = OmegaConf.create(record.get("config") or {})
+    return OmegaConf.select(config, key, default=object()) == yaml.safe_load(text)
+
+
+def paper_valid_targets(record: dict, conf_dir: Path | None = None) -> float | None:
+    """The paper's validation PPL for a paper-scale run: that of the table row (conf/table/*.yaml) whose experiment
+    and overrides the run's record matches, when every matching row with one gives the same number; else None."""
+    from omegaconf import OmegaConf
+
+    from reproduce.settings.config import CONF_DIR
+
+    if record.get("scale") != "paper":
+        return None
+    experiment = (record.get("choices") or {}).get("experiment")
+    found = set()
+    for path in sorted(Path(conf_dir or CONF_DIR / "table").glob("*.yaml")):
+        for row in OmegaConf.to_container(OmegaConf.load(path)).get("rows") or []:
+            target = (row.get("paper") or {}).get("valid_ppl")
+            if (target is not None and row.get("experiment") == experiment and row.get("stage", "final") == "final"
+                    and all(_override_holds(record, o) for o in row.get("overrides") or [])):
+                found.add(float(target))
+    return found.pop() if len(found) == 1 else None
+
+
 def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path) -> Path | None:
     """The runs' learning curves so far (analysis.figures.plot_validation_curves: one line a run, re-training
-    sessions dotted, training PPL faint); None (and a line saying so) when no run has finished an epoch."""
+    sessions dotted, training PPL faint; a paper-scale run's paper validation PPL as a line across,
+    :func:`paper_valid_targets`); None (and a line saying so) when no run has finished an epoch."""
     from analysis.figures import plot_validation_curves
 
     ledger = Ledger(runs_dir)
-    series = []
+    series, targets = [], {}
     for row in rows:
         if row["facts"] is None:
             continue
         record = ledger.load(row["hash"]) or {}
-        series.append((f"{row['label']} [{row['hash'][:8]}]", None, record.get("history") or []))
-    out = plot_validation_curves(series, Path(path), f"{runs_dir}: learning curves so far", show_train=True) \
-        if series else None
+        name = f"{row['label']} [{row['hash'][:8]}]"
+        series.append((name, None, record.get("history") or []))
+        target = paper_valid_targets(record)
+        if target is not None:
+            targets[(None, name)] = target
+    out = plot_validation_curves(series, Path(path), f"{runs_dir}: learning curves so far", show_train=True,
+                                 targets=targets) if series else None
     print(f"repdegen: wrote {out}" if out else f"repdegen: no run has finished an epoch yet; {path} not written",
           file=sys.stderr)
     return out
@@ -236,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="the complete runs too")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     parser.add_argument("--plot", metavar="PNG", help="also draw the listed runs' validation (and faint training) PPL "
-                                                     "per epoch so far into this PNG")
+                                                     "per epoch so far into this PNG, a paper-scale run's paper "
+                                                     "validation PPL (its table row's) as a dotted line across")
     args = parser.parse_args(argv)
     if not Path(args.runs_dir).is_dir():
         print(f"repdegen: no run ledger at {args.runs_dir!r} (no run has been trained there yet); pass the folder "

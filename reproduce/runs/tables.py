@@ -538,6 +538,13 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
                 break
 
 
+def paper_valid_lines(t, scale: str) -> dict[tuple[str | None, str], float]:
+    """{(group, label): the paper's validation PPL} of the table's rows that print one, for the curves at paper scale
+    (at lite and smoke, budgets that are not the paper's, none)."""
+    return {(r.group, r.label): float(r.paper["valid_ppl"]) for r in t.rows
+            if scale == "paper" and (r.paper or {}).get("valid_ppl") is not None}
+
+
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None) -> Path:
     from reproduce.results.claims import (
         claims_console,
@@ -593,14 +600,18 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     atomic_write_bytes(out / "claims.csv", lambda f: f.write(claims_csv(verdicts, scale).encode()))
     atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta, relative=relative,
                                                                       claims=claims_latex(verdicts, scale)).encode()))
-    # a row is (group, label); its seeds are one line (their mean) and a min-max band
+    # a row is (group, label); its seeds are one line (their mean) and a min-max band; at paper scale the paper's
+    # validation PPL of each row is a line across its panel (a lite budget is not the paper's: no target there)
+    targets = paper_valid_lines(t, scale)
     curves = plot_validation_curves([(r["_row_label"], r["_row_group"], r["history"]) for r in records],
-                                    out / "curves.png", f"{t.title} — scale {scale}", show_train=scale == "paper")
+                                    out / "curves.png", f"{t.title} — scale {scale}", show_train=scale == "paper",
+                                    targets=targets)
     figures = render_embedding_figures(records, Path(app.paths.runs_dir), out, f"{paper_short(t.source)}, scale {scale}")
     ran = sorted({r["_seed"] for r in records if r.get("_seed") is not None})
     # {figure's file stem: caption}, in the order to show them (reproduce/results/report.py embeds them)
     figure_captions = ({"curves": "Validation perplexity per epoch of each row" + (
-        f" (line: mean over seeds {', '.join(map(str, ran))}; band: min–max)" if len(ran) > 1 else "")} if curves else {})
+        f" (line: mean over seeds {', '.join(map(str, ran))}; band: min–max)" if len(ran) > 1 else "") + (
+        "; dotted across: the paper's validation PPL of the row" if targets else "")} if curves else {})
     figure_captions |= {Path(f).stem: caption for f, caption in figures.items()}
     cells_out = []
     for r in rows:
