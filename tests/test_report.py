@@ -383,3 +383,10 @@ def test_a_corrupt_rendering_is_one_error_before_anything_is_written(tmp_path, c
         assert report.main(["--results", str(results), *argv]) == 2
         _one_line_error(capsys, f"{path}: ", why, fix, f"git checkout -- {path}")
         assert _snapshot(tmp_path) == before  # nothing written, nothing overwritten
+
+
+def test_the_committed_results_pages_are_up_to_date():
+    """results/README.md, results/more.md and the tables' pages are what `python -m reproduce.report` makes of the
+    committed renderings and notes now: a page left stale after an edit fails here, not in a reader's hands."""
+    diff = report.check_report(REPO / "results")
+    assert diff == [], "\n".join(diff[:40]) + "\nrun `python -m reproduce.report` and commit the pages"
