@@ -179,8 +179,9 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
             logits = nn.functional.linear(hc, W, b)  # bf16 under autocast
             cdt = logits.dtype
             acc = torch.float64 if cdt == torch.float64 else torch.float32
-            # the chunk's log-probabilities in acc from one kernel (not a cast, a log-sum-exp and a subtraction:
-            # on an H100 the separate passes cost MLE 6.5 %, results/bench/gpu/README.md 2026-11-27)
+            # the chunk's log-probabilities in acc from log_softmax (for bf16 a cast and one kernel, for fp16 one
+            # kernel; before: a cast, a log-sum-exp and a subtraction, whose passes cost MLE 6.5 % on an H100,
+            # results/bench/gpu/README.md 2026-11-27)
             lp = torch.log_softmax(logits, dim=-1, dtype=acc)
             del logits
             col = tc.unsqueeze(1)

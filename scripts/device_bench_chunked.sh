@@ -11,6 +11,7 @@
 set -uo pipefail
 chunk=${1:-4096}
 deadline=${DEADLINE:-480}  # seconds: a step that could not finish before it is skipped (the lease is 15 min in all)
+[ -d .base ] || { echo "no .base: the A/B needs the code before the change carried as .base (see the header)"; exit 2; }
 . scripts/device_env.sh
 # fits NEED NAME: whether a step of up to NEED seconds ends before the deadline (else it says so and is skipped)
 fits() { if (( SECONDS + $1 > deadline )); then echo "skipped at ${SECONDS}s (deadline ${deadline}s): $2" | tee -a "$OUT/device.txt"; return 1; fi; }
@@ -19,7 +20,6 @@ objs=(mle "mle:chunk_rows=$chunk" agg "agg:chunk_rows=$chunk")
 lm=(--models gpt2_medium --precision bf16 --steps 6 --warmup 3 --compile --batch-size 16 --update-freq 2)
 mkdir -p /tmp/bench
 pack() { tar czf "$OUT/bench.tgz" -C /tmp/bench .; }  # after every bench: a call cut off still returns what finished
-[ -d .base ] || { echo "no .base: the A/B needs the code before the change carried as .base (see the header)"; exit 2; }
 for r in 1 2; do
   for side in base new; do
     dir=$PWD; [ "$side" = base ] && dir=$PWD/.base

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
 from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
@@ -181,6 +182,11 @@ def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monk
     assert started[4][1] == "0,1" and "--nproc_per_node=2" in started[4][0]
     assert launch.take_distinct([0, 0, 1, 1], 2) == ([0, 1], [0, 1])
     assert launch.take_distinct([0, 0], 1) == ([0], [0])
+    assert launch.take_distinct([0, 0, 1, 1], 1) == ([0], [0, 1, 1])  # then GPU 1, which has more free slots now
+    assert launch.take_distinct([0, 1, 1], 1) == ([1], [0, 1])
+    assert launch.take_distinct([2, 0, 1, 1, 2, 2], 2) == ([1, 2], [0, 1, 2, 2])
+    launch.validate_launch(OmegaConf.structured(LaunchConfig(gpus=[0, 0, 1])))  # repeated ids: slots, accepted
+    launch.validate_launch(LaunchConfig(gpus=[0, 0]))  # the dataclass too
 
 
 def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):

@@ -149,37 +149,37 @@ def test_plot_of_the_learning_curves_so_far(tmp_path, capsys):
     assert not (tmp_path / "none.png").exists() and "no run has finished an epoch" in capsys.readouterr().err
 
 
-def test_a_paper_runs_target_is_its_table_rows_paper_valid_ppl(tmp_path):
-    """A paper-scale run is matched to the table rows whose experiment and overrides its record says (a group
-    choice by `choices`, a setting by `config`); the row's paper validation PPL is its target. No target at lite, for
-    a first-session row (stage session1), where a setting differs, or where two matching rows disagree."""
+def test_a_paper_runs_target_is_the_paper_valid_ppl_of_the_rows_it_is_registered_for(tmp_path):
+    """A paper-scale run's target: its config hash in a table's paper registration (the rows its cell serves), and
+    those rows' paper validation PPL in the table's config, final-stage rows only. None at lite, for a hash no table
+    registered, for rows without a validation PPL, or where two tables disagree."""
     from omegaconf import OmegaConf
 
     from reproduce.runs.status import paper_valid_targets
 
-    conf = tmp_path / "table"
+    conf, tables = tmp_path / "conf", tmp_path / "tables"
     conf.mkdir()
     OmegaConf.save(OmegaConf.create({"rows": [
-        {"label": "MLE", "experiment": "e/small", "overrides": ["objective=mle"], "paper": {"valid_ppl": 92.6}},
-        {"label": "MLE 1st", "experiment": "e/small", "overrides": ["objective=mle"], "stage": "session1",
-         "paper": {"valid_ppl": 1.0}},
-        {"label": "keep 0.7", "experiment": "e/h200", "overrides": ["objective=mle", "model.dropout=0.3"],
-         "paper": {"valid_ppl": 120.0}},
-        {"label": "test only", "experiment": "e/h200", "overrides": ["objective=re"], "paper": {"test_ppl": 97.6}}]}),
-        conf / "a.yaml")
+        {"group": "Small", "label": "MLE", "paper": {"valid_ppl": 92.6}},
+        {"group": "Small, first session", "label": "MLE", "stage": "session1", "paper": {"valid_ppl": 1.0}},
+        {"label": "RE", "paper": {"test_ppl": 97.6}}, {"label": "AWD", "paper": {"valid_ppl": 68.6}},
+        {"label": "AWD + cache", "stage": "cache", "paper": {"valid_ppl": 53.8}}]}), conf / "t1.yaml")
 
-    def record(experiment, objective, dropout=0.5, scale="paper"):
-        return {"scale": scale, "choices": {"experiment": experiment, "objective": objective},
-                "config": {"model": {"dropout": dropout}}}
+    def register(table, cells):
+        (tables / table / "paper").mkdir(parents=True, exist_ok=True)
+        (tables / table / "paper" / "registration.json").write_text(json.dumps(
+            {"table": table, "scale": "paper", "claims": {}, "cells": {h: {"rows": r} for h, r in cells.items()}}))
 
-    assert paper_valid_targets(record("e/small", "mle"), conf) == 92.6
-    assert paper_valid_targets(record("e/small", "mle", scale="lite"), conf) is None
-    assert paper_valid_targets(record("e/small", "re"), conf) is None
-    assert paper_valid_targets(record("e/h200", "mle", dropout=0.3), conf) == 120.0
-    assert paper_valid_targets(record("e/h200", "mle", dropout=0.5), conf) is None  # the setting differs
-    assert paper_valid_targets(record("e/h200", "re"), conf) is None  # the row prints no validation PPL
-    OmegaConf.save(OmegaConf.create({"rows": [
-        {"label": "MLE again", "experiment": "e/small", "overrides": ["objective=mle"], "paper": {"valid_ppl": 90.0}}]}),
-        conf / "b.yaml")
-    assert paper_valid_targets(record("e/small", "mle"), conf) is None  # two tables disagree: no line
+    register("t1", {"h1": ["Small / MLE", "Small, first session / MLE"], "h2": ["RE"], "h3": ["AWD", "AWD + cache"]})
 
+    def target(h, scale="paper"):
+        return paper_valid_targets({"scale": scale, "config_hash": h}, tables, conf)
+
+    assert target("h1") == 92.6  # not the first-session row's number
+    assert target("h3") == 68.6  # the final stage's, not the cache row's
+    assert target("h1", scale="lite") is None and target("h2") is None and target("nope") is None
+    OmegaConf.save(OmegaConf.create({"rows": [{"label": "Other", "paper": {"valid_ppl": 90.0}}]}), conf / "t2.yaml")
+    register("t2", {"h1": ["Other"]})
+    assert target("h1") is None  # two tables disagree: no line
+    (tables / "t2" / "paper" / "registration.json").write_text("{truncated")
+    assert target("h1") == 92.6  # an unreadable registration gives no line, not a crash

@@ -333,13 +333,21 @@ def test_markdown_splits_a_wide_table_by_family_and_drops_empty_columns():
                for t in tables)
 
 
-def test_the_tables_paper_lines_are_the_rows_printed_validation_ppl_at_paper_only():
-    from types import SimpleNamespace as R
+def test_the_tables_paper_lines_are_the_final_rows_printed_validation_ppl_at_paper_only():
+    """A run is named in the curves by its (group, label) (a run shared by rows: their common label); its line is the
+    paper validation PPL of the final-stage rows of its cell, never a first-session, finetuning or cache row's."""
+    from omegaconf import OmegaConf
 
     from reproduce.runs.tables import paper_valid_lines
 
-    t = R(rows=[R(group="Small", label="MLE", paper={"valid_ppl": 92.6, "test_ppl": 87.3}),
-                R(group="Small", label="1st", paper={}), R(group=None, label="T", paper={"test_ppl": 97.6}),
-                R(group=None, label="N", paper=None)])
-    assert paper_valid_lines(t, "paper") == {("Small", "MLE"): 92.6}
-    assert paper_valid_lines(t, "lite") == {} and paper_valid_lines(t, "smoke") == {}
+    rows = OmegaConf.create([
+        {"group": "Small", "label": "MLE", "paper": {"valid_ppl": 92.6, "test_ppl": 87.3}},
+        {"group": "Small, first session", "label": "MLE", "stage": "session1", "paper": {}},
+        {"group": None, "label": "AWD-LSTM (w.o. finetune)", "paper": {"valid_ppl": 69.3}},
+        {"group": None, "label": "AWD-LSTM + cache", "stage": "cache", "paper": {"valid_ppl": 53.8}},
+        {"group": None, "label": "T", "paper": {"test_ppl": 97.6}}])
+    records = [{"_row_group": "Small", "_row_label": "MLE", "_rows": [0, 1]},
+               {"_row_group": None, "_row_label": "AWD-LSTM", "_rows": [2, 3]},
+               {"_row_group": None, "_row_label": "T", "_rows": [4]}]
+    assert paper_valid_lines(rows, records, "paper") == {("Small", "MLE"): 92.6, (None, "AWD-LSTM"): 69.3}
+    assert paper_valid_lines(rows, records, "lite") == {} and paper_valid_lines(rows, records, "smoke") == {}

@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,14 @@ def visible_gpus(requested: list[int] | None) -> list[int]:
 
 
 def take_distinct(free: list[int], need: int) -> tuple[list[int], list[int]]:
-    """``need`` distinct GPU ids from the free slots ``free`` (an id listed k times is k slots), first free first,
-    and the slots left: (ids, rest). The caller checks that ``free`` holds ``need`` distinct ids."""
-    ids, rest = [], []
-    for g in free:
-        (ids if len(ids) < need and g not in ids else rest).append(g)
+    """``need`` distinct GPU ids from the free slots ``free`` (an id listed k times is k slots), those with the most
+    free slots first (cells spread over the GPUs: [0,0,1,1] gives 0, then 1), ties to the lower id; and the slots
+    left: (ids in increasing order, rest). The caller checks that ``free`` holds ``need`` distinct ids."""
+    counts = Counter(free)
+    ids = sorted(sorted(counts, key=lambda g: (-counts[g], g))[:need])
+    rest = list(free)
+    for g in ids:
+        rest.remove(g)
     return ids, rest
 
 
@@ -606,7 +610,10 @@ def validate_launch(launch) -> None:
     # the numbers in their declared domains (reproduce/settings/domains.py, the launch.* entries)
     tree = OmegaConf.to_container(launch, resolve=True) if isinstance(launch, DictConfig) else asdict(launch)
     check_domains({"launch": {k: v for k, v in tree.items() if k != "gpus"}}, sections=("launch",))
-    gpus = launch.get("gpus")
+    for key in ("parallel", "poll_seconds", "grace_seconds"):
+        if tree.get(key) is None:  # check_domains lets null through (an optional setting is off); these are not
+            raise ConfigError(f"launch.{key} is null: expected a number; leave it unset for its default")
+    gpus = tree.get("gpus")
     if gpus is not None and not (len(gpus) and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0
                                                    for g in gpus)):
         raise ConfigError(f"launch.gpus={list(gpus)!r}: expected a non-empty list of GPU ids >= 0, one slot each (e.g. "

@@ -205,40 +205,43 @@ def format_row(row: dict) -> str:
     return "\n".join(lines)
 
 
-def _override_holds(record: dict, override: str) -> bool:
-    """Whether a table row's override (``objective=re``, ``model.dropout=0.3``) is what the run's record says: a
-    config group by the record's ``choices``, a setting by its resolved ``config``."""
-    import yaml
+def _table_rows(path: Path) -> list:
     from omegaconf import OmegaConf
 
-    key, _, text = override.lstrip("+").partition("=")
-    if key in (record.get("choices") or {}):
-        return str(record["choices"][key]) == text
-    config = OmegaConf.create(record.get("config") or {})
-    return OmegaConf.select(config, key, default=object()) == yaml.safe_load(text)
+    return list(OmegaConf.load(path).get("rows") or [])
 
 
-def paper_valid_targets(record: dict, conf_dir: Path | None = None) -> float | None:
-    """The paper's validation PPL for a paper-scale run: that of the table row (conf/table/*.yaml) whose experiment
-    and overrides the run's record matches, when every matching row with one gives the same number; else None."""
-    from omegaconf import OmegaConf
-
+def paper_valid_targets(record: dict, tables_dir: str | Path = "results/tables", conf_dir: Path | None = None
+                        ) -> float | None:
+    """The paper's validation PPL for a paper-scale run: its cell's config hash is looked up in the tables'
+    pre-registrations (``<tables_dir>/<table>/paper/registration.json``: each registered cell with the rows it
+    serves), and the rows' paper ``valid_ppl`` read from ``conf/table/<table>.yaml`` (rows of the final stage only:
+    the first-session, finetuning and cache rows are other stages of the same run). One number when the rows agree;
+    else, or for a run no table registered, None."""
+    from reproduce.runs.registration import row_name
     from reproduce.settings.config import CONF_DIR
 
-    if record.get("scale") != "paper":
+    if record.get("scale") != "paper" or not record.get("config_hash"):
         return None
-    experiment = (record.get("choices") or {}).get("experiment")
     found = set()
-    for path in sorted(Path(conf_dir or CONF_DIR / "table").glob("*.yaml")):
-        for row in OmegaConf.to_container(OmegaConf.load(path)).get("rows") or []:
+    for reg_path in sorted(Path(tables_dir).glob("*/paper/registration.json")):
+        try:
+            reg = json.loads(reg_path.read_text())
+            names = set(reg["cells"][record["config_hash"]]["rows"])
+            table = Path(conf_dir or CONF_DIR / "table") / f"{reg['table']}.yaml"
+        except (OSError, ValueError, KeyError, TypeError):  # not this table's cell, or an unreadable file: no line
+            continue
+        if not table.is_file():
+            continue
+        for row in _table_rows(table):
             target = (row.get("paper") or {}).get("valid_ppl")
-            if (target is not None and row.get("experiment") == experiment and row.get("stage", "final") == "final"
-                    and all(_override_holds(record, o) for o in row.get("overrides") or [])):
+            if row_name(row) in names and row.get("stage", "final") == "final" and _number(target):
                 found.add(float(target))
     return found.pop() if len(found) == 1 else None
 
 
-def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path) -> Path | None:
+def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path, tables_dir: str | Path = "results/tables"
+              ) -> Path | None:
     """The runs' learning curves so far (analysis.figures.plot_validation_curves: one line a run, re-training
     sessions dotted, training PPL faint; a paper-scale run's paper validation PPL as a line across,
     :func:`paper_valid_targets`); None (and a line saying so) when no run has finished an epoch."""
@@ -252,7 +255,7 @@ def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path) -> Path 
         record = ledger.load(row["hash"]) or {}
         name = f"{row['label']} [{row['hash'][:8]}]"
         series.append((name, None, record.get("history") or []))
-        target = paper_valid_targets(record)
+        target = paper_valid_targets(record, tables_dir)
         if target is not None:
             targets[(None, name)] = target
     out = plot_validation_curves(series, Path(path), f"{runs_dir}: learning curves so far", show_train=True,
@@ -275,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     parser.add_argument("--plot", metavar="PNG", help="also draw the listed runs' validation (and faint training) PPL "
                                                      "per epoch so far into this PNG, a paper-scale run's paper "
-                                                     "validation PPL (its table row's) as a dotted line across")
+                                                     "validation PPL (that of the table row it is registered for) as "
+                                                     "a dotted line across")
+    parser.add_argument("--tables-dir", default="results/tables",
+                        help="where the tables' registrations are, for --plot's paper lines (default: results/tables)")
     args = parser.parse_args(argv)
     if not Path(args.runs_dir).is_dir():
         print(f"repdegen: no run ledger at {args.runs_dir!r} (no run has been trained there yet); pass the folder "
@@ -283,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = collect(args.runs_dir, args.scale, args.all)
     if args.plot:
-        plot_runs(args.runs_dir, rows, args.plot)
+        plot_runs(args.runs_dir, rows, args.plot, args.tables_dir)
     corrupt = sum(r["state"] == CORRUPT for r in rows)
     if args.json:
         for row in rows:

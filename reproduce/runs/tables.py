@@ -309,7 +309,8 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
                     seen.add(cell.config_hash)
                     label = run_label_of(app.table.rows, cell.rows)
                     records.append(dict(record, _row_label=label, _row_group=row.group, _seed=cell.seed,
-                                        _first_seed=cell.seed == row_cells[0].seed, _analysed=when))
+                                        _first_seed=cell.seed == row_cells[0].seed, _analysed=when,
+                                        _rows=list(cell.rows)))
         done = [v for v in per_seed.values() if v is not None]
         ours: dict[str, float | None] = {}
         sd: dict[str, float | None] = {}
@@ -538,11 +539,18 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
                 break
 
 
-def paper_valid_lines(t, scale: str) -> dict[tuple[str | None, str], float]:
-    """{(group, label): the paper's validation PPL} of the table's rows that print one, for the curves at paper scale
-    (at lite and smoke, budgets that are not the paper's, none)."""
-    return {(r.group, r.label): float(r.paper["valid_ppl"]) for r in t.rows
-            if scale == "paper" and (r.paper or {}).get("valid_ppl") is not None}
+def paper_valid_lines(rows, records: list[dict], scale: str) -> dict[tuple[str | None, str], float]:
+    """{(group, label) as the curves name a run: the paper's validation PPL} for the curves at paper scale (at lite
+    and smoke, budgets that are not the paper's, none). A run serves the rows of its cell (``_rows``: their indices
+    in ``rows``); the number is that of its final-stage rows (not the first-session, finetuning or cache rows, other
+    stages of the same run), when they print one and agree."""
+    out = {}
+    for r in records if scale == "paper" else []:
+        values = {float(rows[i].paper["valid_ppl"]) for i in r.get("_rows", [])
+                  if rows[i].get("stage", "final") == "final" and (rows[i].paper or {}).get("valid_ppl") is not None}
+        if len(values) == 1:
+            out[(r["_row_group"], r["_row_label"])] = values.pop()
+    return out
 
 
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None) -> Path:
@@ -602,7 +610,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
                                                                       claims=claims_latex(verdicts, scale)).encode()))
     # a row is (group, label); its seeds are one line (their mean) and a min-max band; at paper scale the paper's
     # validation PPL of each row is a line across its panel (a lite budget is not the paper's: no target there)
-    targets = paper_valid_lines(t, scale)
+    targets = paper_valid_lines(t.rows, records, scale)
     curves = plot_validation_curves([(r["_row_label"], r["_row_group"], r["history"]) for r in records],
                                     out / "curves.png", f"{t.title} — scale {scale}", show_train=scale == "paper",
                                     targets=targets)
