@@ -385,6 +385,27 @@ def test_a_corrupt_rendering_is_one_error_before_anything_is_written(tmp_path, c
         assert _snapshot(tmp_path) == before  # nothing written, nothing overwritten
 
 
+def test_the_front_page_lists_the_finished_paper_rows_with_their_delta(tmp_path):
+    """A paper rendering's complete rows go on results/README.md with paper vs ours and Δ % (hand-worked), and the
+    cell's provenance; a row not run is not listed; a table with no paper rendering adds no section."""
+    results = _good_results(tmp_path)
+    assert "Rows at `paper`" not in report.build_pages(results, report.load_tables(), "now")["README.md"]
+    out = results / "tables" / "inan2017_t1" / "paper"
+    out.mkdir(parents=True)
+    (out / "table.md").write_text("## Inan 2017\n")
+    (out / "table.csv").write_text("group,label,status,config_hash,valid_ppl_paper,valid_ppl_ours,test_ppl_paper,"
+                                   "test_ppl_ours\nMedium,VD-LSTM,complete,h1,82.0,84.05,77.7,76.923\n"
+                                   "Medium,VD-LSTM+RE,missing,h2,77.1,,73.9,\n")
+    (out / "cells.json").write_text(json.dumps({"cells": [
+        {"status": "complete", "config_hash": "h1", "label": "VD-LSTM",
+         "provenance": {"epochs": [52], "wall_time": "10m27s", "hardware": "GPU X", "commit": "abc"}}]}))
+    page = report.build_pages(results, report.load_tables(), "now")["README.md"]
+    # (84.05 - 82) / 82 = +2.50 %; (76.923 - 77.7) / 77.7 = -1.00 %
+    assert ("| inan2017_t1 | Medium / VD-LSTM | test_ppl 77.7 vs 76.92 (-1.00%); valid_ppl 82.0 vs 84.05 (+2.50%) | "
+            "52 | 10m27s | GPU X | abc |") in page
+    assert "VD-LSTM+RE" not in page.split("## Rows at `paper` so far")[1].split("\n## ")[0]
+
+
 def test_the_committed_results_pages_are_up_to_date():
     """results/README.md, results/more.md and the tables' pages are what `python -m reproduce.report` makes of the
     committed renderings and notes now: a page left stale after an edit fails here, not in a reader's hands."""

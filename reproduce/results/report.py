@@ -39,6 +39,7 @@ from core.errors import CorruptFile, UserError
 from core.files import atomic_write_bytes
 from core.loaders import STATUS_COMPLETE, BadFile, check_keys, load_bench_json, load_cells_json, load_claims_json, rendering_fix
 from reproduce.errors import EXIT_USER_ERROR, report_user_error
+from reproduce.results.paper_rows import HEADER, all_rows
 from reproduce.settings.config import CONF_DIR
 
 SCALES = ("paper", "lite", "smoke")
@@ -602,6 +603,12 @@ def build_pages(results_dir: Path, tables: list[TableInfo], generated: str) -> d
                   "corpora, small budgets), `paper` = the papers' settings, `smoke` = plumbing for CI "
                   "([its own page](smoke.md)). Each table's page gives its verdicts first, each ✗ and ≈ with its "
                   "diagnosis, then the table and its figures.", ""]
+    paper_lines = all_rows(results_dir / "tables")
+    if paper_lines:
+        lines += ["## Rows at `paper` so far", "",
+                  "The papers' settings, row by row: the paper's number vs ours (one run each, as the papers report), "
+                  "Δ % = (ours − paper) / paper, and where the cell ran. Rows not listed have not finished; "
+                  "`python scripts/paper_rows.py --all` lists them too.", "", *HEADER, *paper_lines, ""]
     not_reproduced = []
     for key in papers:
         infos = by_paper[key]
