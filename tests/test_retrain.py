@@ -12,7 +12,7 @@ from reproduce.errors import ConfigError
 from reproduce.settings.config import config_hash, finalize
 from reproduce.train import train
 
-from .test_train import VD_SMOKE, final_numbers, history_numbers
+from .test_train import VD_SMOKE, final_numbers, history_numbers, scripted_validation
 
 RETRAIN = (*VD_SMOKE, "scale.max_epochs=3", "optim.lr=1.0", "optim.lr_decay=0.5", "optim.decay_after_epoch=1",
            "trainer.retrain_sessions=1")
@@ -101,3 +101,37 @@ def test_validation_curves_continue_the_axis_into_the_second_session(tmp_path, m
     figures.plot_validation_curves([("MLE", None, history)], tmp_path / "d.png", "t", show_train=True)
     assert calls == [([1, 2, 3], [300.0, 200.0, 150.0], "-"), ([1, 2, 3], [400.0, 180.0, 120.0], "-"),
                      ([4, 5], [140.0, 135.0], ":"), ([4, 5], [110.0, 100.0], ":")]
+
+
+def test_early_stopping_counts_from_the_sessions_own_best():
+    """Hand-worked: the count of epochs since the session's best, the current epoch last; other sessions' and stages'
+    records are not counted; a tie or NaN is no improvement."""
+    from reproduce.engine.stages import epochs_since_session_best
+
+    hist = [{"stage": "train", "session": 1, "valid_nll": v} for v in (5.0, 4.0, 4.1)]
+    assert epochs_since_session_best(hist, 1, 4.2) == 2  # 4.0 at the 2nd of 4 epochs
+    assert epochs_since_session_best(hist, 1, 3.9) == 0
+    assert epochs_since_session_best(hist, 1, 4.0) == 2  # a tie is not better
+    assert epochs_since_session_best(hist, 1, math.nan) == 2
+    # session 2 starts anew, though all of it is worse than session 1's best (4.0)
+    hist += [{"stage": "train", "session": 2, "valid_nll": v} for v in (4.5, 4.4)]
+    assert epochs_since_session_best(hist, 2, 4.3) == 0
+    assert epochs_since_session_best(hist, 2, 4.45) == 1
+    # records without a session (trainer.retrain_sessions=0) are session 1's; finetune records are another stage
+    plain = [{"stage": "train", "valid_nll": 4.0}, {"stage": "finetune", "valid_nll": 1.0}]
+    assert epochs_since_session_best(plain, 1, 4.2) == 1
+    assert epochs_since_session_best([], 1, 9.0) == 0
+
+
+def test_a_retraining_session_is_not_stopped_by_the_first_sessions_best(compose_cfg, monkeypatch):
+    """Footnote 5 as the official code runs it: the second session's early stopping counts from its own best. Scripted
+    validation NLLs (the training is real): session 1 5.0 4.0 4.1 4.2 stops at its 4th epoch (2 > early_stopping=1
+    epochs without a better one); session 2 4.5 4.4 4.6 4.7, all worse than session 1's 4.0, runs 4 epochs (counted
+    against 4.0 it would stop at its 2nd, before its learning rate decays). best.pt stays session 1's."""
+    scripted_validation(monkeypatch, [5.0, 4.0, 4.1, 4.2, 4.5, 4.4, 4.6, 4.7, 4.8, 4.9])
+    rec = train(compose_cfg(*VD_SMOKE, "scale.max_epochs=6", "trainer.early_stopping=1", "trainer.retrain_sessions=1"))
+    assert rec["status"] == "complete"
+    assert [(h["session"], h["valid_nll"]) for h in rec["history"]] == [
+        (1, 5.0), (1, 4.0), (1, 4.1), (1, 4.2), (2, 4.5), (2, 4.4), (2, 4.6), (2, 4.7)]
+    m = rec["metrics"]
+    assert m["final"]["valid_nll"] == pytest.approx(m["session1"]["valid_nll"], rel=1e-9)  # the same weights

@@ -6,8 +6,9 @@
 * **retrain** (Inan et al. 2017, footnote 5: "Small models were re-trained by initializing to their final
   configuration from the first training session"): with ``trainer.retrain_sessions`` = K > 0, K more train stages,
   each from the previous session's best weights (kept as ``best_session<n>.pt``) with the schedule restarted: epoch
-  1's learning rate and decay, a fresh optimizer, early stopping counted anew; the best validation so far starts at
-  the loaded weights' loss, so a session that does not improve leaves ``best.pt`` as it was;
+  1's learning rate and decay, a fresh optimizer, early stopping counted anew against the session's own best
+  (:func:`epochs_since_session_best`); the best weights kept start at the loaded weights' loss, so a session that
+  does not improve on them leaves ``best.pt`` as it was;
 * **finetune** (AWD-LSTM's finetune.py): ASGD from the best model until the first non-monotone trigger
   (``best_finetune.pt``);
 * **final**: valid/test PPL, the embedding's geometry and the task's extras (group PPL/Uniq, BLEU, word similarity)
@@ -73,6 +74,25 @@ def train_objective_stops(tr, loss: float, epoch: int) -> bool:
     return True
 
 
+def epochs_since_session_best(history: list[dict], session: int, val: float) -> int:
+    """Early stopping's count: the epochs of this training session, the current one (validation NLL ``val``) last,
+    since the session's own best (a strictly lower validation NLL than every earlier epoch of the session). Derived
+    from the epoch records each time, so a resumed run counts the same. In session 1 it is the count against
+    ``best_val``; in a re-training session (footnote 5) the count starts anew, as the official code's second run
+    does (its best starts at 1e10): counted against the first session's best instead, a session whose schedule
+    restarts at lr 1 would stop after ``early_stopping`` epochs, before its learning rate decays. The weights kept
+    (``best.pt``) are still the best over all sessions (``keep_if_best``)."""
+    best, since = math.inf, 0
+    earlier = [r["valid_nll"] for r in history
+               if r.get("stage") == "train" and r.get("session", 1) == session and "valid_nll" in r]
+    for v in [*earlier, val]:
+        if v < best:  # NaN: no improvement
+            best, since = v, 0
+        else:
+            since += 1
+    return since
+
+
 def train_stage(tr) -> None:
     s, t, o = tr.state, tr.t, tr.o
     while s.stage == "train" and s.epoch < t.max_epochs:
@@ -80,9 +100,8 @@ def train_stage(tr) -> None:
         record = tr.run_epoch(epoch)
         val = record["valid_nll"]
         if keep_if_best(tr, val, s.best_val, "best.pt"):
-            s.best_val, s.best_epoch, s.epochs_since_best = val, epoch, 0
-        else:
-            s.epochs_since_best += 1
+            s.best_val, s.best_epoch = val, epoch
+        s.epochs_since_best = epochs_since_session_best(s.history, s.session, val)
         if o.name == "ntasgd" and s.optimizer_name == "sgd":
             if nonmonotone_trigger(s.val_history, val, o.nonmono):
                 tr.print(f"[train epoch {epoch:3d}] switching to ASGD (validation stopped improving)")
