@@ -91,6 +91,18 @@ def test_text_and_json_output(tmp_path, capsys):
     assert row["facts"]["best_valid_ppl"] == 150.0 and row["state"] == "stopped"
 
 
+def test_a_second_session_shows_the_first_sessions_best_it_must_beat(tmp_path, capsys):
+    """In a re-training session (footnote 5) the best and its count are the session's own (its early stopping);
+    the earlier session's best, which stays the result unless beaten, is named beside them."""
+    _write(tmp_path, "aaaa", "running", [_epoch(1, 200.0), _epoch(2, 91.3), _epoch(3, 92.0),
+                                         _epoch(1, 103.0, session=2), _epoch(2, 104.0, session=2)])
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("epoch 2/10, session 2/2, valid PPL 104.00, best 103.00 at epoch 1 (1 epoch without a better one; "
+            "early stopping after 5); session 1's best 91.30 (epoch 2) stays the result unless this session beats it"
+            ) in out
+
+
 def test_a_missing_ledger_and_a_corrupt_record_are_one_clear_line(tmp_path, capsys):
     assert main(["--runs-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err

@@ -118,12 +118,18 @@ def epoch_facts(record: dict, path: str | Path = "the run record", fix: str = "r
     left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs
     this_session = [h for h in history if int(h.get("session", 1)) == session and _number(h.get("valid_ppl"))]
     best = min(this_session, key=lambda h: h["valid_ppl"]) if this_session else None
+    # the earlier sessions' best: the weights kept unless this session beats them (footnote 5's re-training)
+    earlier = [h for h in history if int(h.get("session", 1)) < session and _number(h.get("valid_ppl"))]
+    kept = min(earlier, key=lambda h: h["valid_ppl"]) if earlier else None
     return {"epoch": int(last["epoch"]), "max_epochs": max_epochs, "session": session, "sessions": sessions,
             "valid_ppl": last.get("valid_ppl") if _number(last.get("valid_ppl")) else None,
             "epoch_seconds": per_epoch, "epochs_left_at_most": left, "seconds_left_at_most": left * per_epoch,
             "best_valid_ppl": best["valid_ppl"] if best else None, "best_epoch": int(best["epoch"]) if best else None,
             "since_best": int(last["epoch"]) - int(best["epoch"]) if best else None,
-            "patience": trainer.get("early_stopping")}
+            "patience": trainer.get("early_stopping"),
+            "earlier_best_valid_ppl": kept["valid_ppl"] if kept else None,
+            "earlier_best_session": int(kept.get("session", 1)) if kept else None,
+            "earlier_best_epoch": int(kept["epoch"]) if kept else None}
 
 
 def _number(x) -> bool:
@@ -192,6 +198,9 @@ def format_row(row: dict) -> str:
             patience = f"; early stopping after {f['patience']}" if f["patience"] is not None else ""
             best = (f", best {f['best_valid_ppl']:.2f} at epoch {f['best_epoch']} ({f['since_best']} "
                     f"epoch{'s' if f['since_best'] != 1 else ''} without a better one{patience})")
+        if f.get("earlier_best_valid_ppl") is not None:
+            best += (f"; session {f['earlier_best_session']}'s best {f['earlier_best_valid_ppl']:.2f} (epoch "
+                     f"{f['earlier_best_epoch']}) stays the result unless this session beats it")
         timing = f" | {_fmt_seconds(f['epoch_seconds'])} an epoch"
         if row["state"] != STATUS_COMPLETE:
             early = ", or sooner by early stopping" if f["patience"] is not None else ""
