@@ -19,21 +19,22 @@ row() {  # row <table> <"group / label" or label>
 }
 case "${1:-}" in
   A)
-    # inan2016_t2 "200 hidden units [5] (SGD, no dropout)" ran first (2026-11-26, AMD EPYC; committed in
-    # results/tables/inan2016_t2/paper/); its ledger record was lost with a work tree, so it runs again at the end of
-    # this lane, and until then inan2016_t2's paper rendering is left as it is (reproduce.runs.tables.render_latest)
-    row inan2017_t1 "Small (200 units) / VD-LSTM+RE"
-    row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
+    # done: inan2017_t1 "Small (200 units) / VD-LSTM+RE" (2026-11-27). The rows without the augmented loss run first
+    # (2026-11-27: an AL epoch costs ~2.3x an MLE one, and a faster AL may restart the AL cells; their checkpoints stay)
     row inan2016_t1 "200 hidden units (keep 0.5)"
-    row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
-    row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
-    ;;
-  B)
-    row inan2017_t1 "Small (200 units) / VD-LSTM"
-    row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
+    row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
     row inan2016_t1 "200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3)"
     # also inan2016_t2's "200 hidden units Proposed-KL" (the same cell)
     row inan2016_t1 "200 hidden units, both proposed modifications (keep 0.7, alpha 0.3)"
+    ;;
+  B)
+    # done: inan2017_t1 "Small (200 units) / VD-LSTM" (2026-11-27). inan2016_t2 "200 hidden units [5]" ran first
+    # (2026-11-26, AMD EPYC; committed in results/tables/inan2016_t2/paper/); its ledger record was lost with a work
+    # tree, so it runs again here, and until then inan2016_t2's paper rendering is left as it is
+    # (reproduce.runs.tables.render_latest)
+    row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
+    row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
+    row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
     row inan2016_t2 "200 hidden units Proposed-CE (keep 0.7, alpha 0.3)"
     ;;
   *)
