@@ -1,0 +1,38 @@
+"""``scripts/paper_lanes.sh``: every row a lane names is a row of its table that runs at paper, so a lane does not stop
+on a typo hours into its queue (the lane runs each step as ``reproduce.table table=<t> scale=paper rows=[<row>]``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from reproduce.errors import ConfigError
+from reproduce.results.claims import resolve_row
+from reproduce.runs.tables import runs_at
+from reproduce.settings.config import CONF_DIR
+
+LANES = Path(__file__).resolve().parents[1] / "scripts" / "paper_lanes.sh"
+STEP = re.compile(r'^\s*row (\S+) "([^"]+)"\s*$')
+
+
+def lane_steps() -> list[tuple[str, str]]:
+    return [m.groups() for line in LANES.read_text().splitlines() if (m := STEP.match(line))]
+
+
+def test_every_lane_step_names_a_paper_row_once():
+    steps = lane_steps()
+    assert len(steps) >= 6, "the lanes' steps were not found: the `row <table> \"<row>\"` form changed?"
+    assert len(set(steps)) == len(steps), "a row is queued twice"
+    for table, ref in steps:
+        conf = OmegaConf.load(CONF_DIR / "table" / f"{table}.yaml")
+        row = conf.rows[resolve_row(conf, ref, "rows=")]  # a ConfigError naming the rows if it is not one
+        assert runs_at(row, "paper"), f"{table}: {ref!r} does not run at paper"
+
+
+def test_a_misspelt_row_is_caught():
+    conf = OmegaConf.load(CONF_DIR / "table" / "inan2017_t1.yaml")
+    with pytest.raises(ConfigError):
+        resolve_row(conf, "Small (200 units) / VD-LSTM+RAEL", "rows=")
