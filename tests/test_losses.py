@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from losses import build_objective, objective_names
-from losses.al import augmented_loss
+from losses.al import augmented_loss, augmented_loss_mean
 from losses.cosreg import cosine_regularizer
 from models import build_model
 from models.lstm_lm import LSTMLMConfig
@@ -114,6 +114,35 @@ def test_augmented_loss_gradient_into_embedding(target_grad, detach_ce, detach_e
     other = "full" if target_grad != "full" else "none"
     augmented_loss(h @ L3.t(), y, L3, 3.0, "kl", other).sum().backward()
     assert not torch.allclose(L1.grad, L3.grad, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["kl", "ce"])
+@pytest.mark.parametrize("target_grad,detach_ce,detach_ent",
+                         [("official", True, False), ("none", True, True), ("full", False, False)])
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_batch_mean_form_equals_the_explicit_formula(form, target_grad, detach_ce, detach_ent, tied):
+    """augmented_loss_mean (y~ once per distinct target, a hand-written backward) against autograd of the explicit
+    float64 formula's mean: value, and the gradients of the embedding L and (untied) of the output matrix W, for each
+    form and target_grad, with targets that repeat as words do in a batch (7 distinct of 12)."""
+    torch.manual_seed(3)
+    y = torch.tensor([3, 7, 3, 3, 11, 7, 0, 5, 3, 11, 1, 2])
+    h = torch.randn(y.numel(), D, dtype=torch.float64)
+    L1 = torch.randn(V, D, dtype=torch.float64, requires_grad=True)
+    W1 = torch.randn(V, D, dtype=torch.float64, requires_grad=True)
+    L2, W2 = (t.detach().clone().requires_grad_(True) for t in (L1, W1))
+    ours = augmented_loss_mean(h @ (L1 if tied else W1).t(), y, L1, 2.5, form, target_grad)
+    ref = explicit_kl(h @ (L2 if tied else W2).t(), y, L2, 2.5, detach_ce, detach_ent)
+    if form == "ce":  # the KL less y~'s negative entropy
+        y_ent = torch.softmax(L2[y] @ L2.t() / 2.5, -1)
+        y_ent = y_ent.detach() if detach_ent else y_ent
+        ref = ref - (y_ent * torch.log(y_ent)).sum(-1)
+    ref = ref.mean()
+    assert torch.allclose(ours, ref, atol=1e-12, rtol=0)
+    (1.7 * ours).backward()
+    (1.7 * ref).backward()
+    for a, b in ((L1, L2), (W1, W2)):  # None: nothing depends on it (the reference's subtraction leaves ~1e-17)
+        ga, gb = (t.grad if t.grad is not None else torch.zeros_like(t) for t in (a, b))
+        assert torch.allclose(ga, gb, atol=1e-12, rtol=0)
 
 
 def test_inan2016_target_is_softmax_of_LtLy():
