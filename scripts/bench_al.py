@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
                      "ce+al_per_token": lambda t, M=M: step(t, lambda z, t: augmented_loss(z, t, L, 20.0).mean(), M),
                      "ce+al_batch_mean": lambda t, M=M: step(t, lambda z, t: augmented_loss_mean(z, t, L, 20.0), M)}
             times: dict[str, list[float]] = {k: [] for k in forms}
-            for t in batches:  # interleaved: load drifting over the run moves all three
-                for name, f in forms.items():
+            names = list(forms)
+            for i, t in enumerate(batches):  # interleaved (load drifting over the run moves all three), and each
+                for name in names[i % 3:] + names[: i % 3]:  # form first in a third of the rounds (the first pays more)
+                    f = forms[name]
                     start = time.perf_counter()
                     f(t).backward()
                     times[name].append(time.perf_counter() - start)
