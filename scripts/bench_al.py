@@ -1,6 +1,7 @@
 """The augmented loss on a training step's output layer, CPU, one thread: cross-entropy alone, + the per-token
 autograd form (``augmented_loss(...).mean()``), + the batch-mean form the objective uses (``augmented_loss_mean``),
-interleaved in one run, forward and backward, on the targets of PTB batches (20 streams x 35 steps: ~360 distinct
+in blocks of one form, A B C A B C (a block's first step untimed), forward and backward, on the targets of PTB
+batches (20 streams x 35 steps: ~360 distinct
 words in 700 tokens) and on random ones (~670 distinct), tied (REAL) and untied (AL). Ratios only; JSON out.
 
     python scripts/bench_al.py --out results/bench/cpu/al-batch-mean.json
@@ -60,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
                      "ce+al_per_token": lambda t, M=M: step(t, lambda z, t: augmented_loss(z, t, L, 20.0).mean(), M),
                      "ce+al_batch_mean": lambda t, M=M: step(t, lambda z, t: augmented_loss_mean(z, t, L, 20.0), M)}
             times: dict[str, list[float]] = {k: [] for k in forms}
-            names = list(forms)
-            for i, t in enumerate(batches):  # interleaved (load drifting over the run moves all three), and each
-                for name in names[i % 3:] + names[: i % 3]:  # form first in a third of the rounds (the first pays more)
-                    f = forms[name]
-                    start = time.perf_counter()
-                    f(t).backward()
-                    times[name].append(time.perf_counter() - start)
-            med = {k: statistics.median(x[2:]) for k, x in times.items()}
+            for _ in range(2):  # blocks of one form (a block's first step is not timed), A B C A B C: load
+                for name, f in forms.items():  # drifting over the run moves all three
+                    for i, t in enumerate(batches):
+                        start = time.perf_counter()
+                        f(t).backward()
+                        if i:
+                            times[name].append(time.perf_counter() - start)
+            med = {k: statistics.median(x) for k, x in times.items()}
             al_old, al_new = med["ce+al_per_token"] - med["ce"], med["ce+al_batch_mean"] - med["ce"]
             r = {"targets": case, "tied": tied, "distinct_targets": statistics.median(len(t.unique()) for t in batches),
                  "tokens": 700, "vocab": v, "dim": d, "step_s_median": med,
