@@ -132,14 +132,8 @@ class _AugMean(torch.autograd.Function):
         return grad_logits, grad_L, None, None, None, None
 
 
-def augmented_loss_mean(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    embedding: torch.Tensor,
-    temperature: float,
-    form: str = "kl",
-    target_grad: str = "official",
-) -> torch.Tensor:
+def augmented_loss_mean(logits: torch.Tensor, targets: torch.Tensor, embedding: torch.Tensor, temperature: float,
+                        form: str = "kl", target_grad: str = "official") -> torch.Tensor:
     """``augmented_loss(...).mean()``, the same function (value and gradients, every ``form`` and ``target_grad``)
     computed with fewer (N, V) passes: y~ depends on the target word alone, so it is formed once per distinct target
     of the batch (U rows: ~360 of PTB's 700 tokens a batch), and with a = z / tau, lse_t = logsumexp(a_t),
