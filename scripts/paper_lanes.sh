@@ -31,9 +31,10 @@ case "${1:-}" in
     # done: inan2017_t1 "Small (200 units) / VD-LSTM" (2026-11-27). inan2016_t2 "200 hidden units [5]" ran first
     # (2026-11-26, AMD EPYC; committed in results/tables/inan2016_t2/paper/); its ledger record was lost with a work
     # tree, so it runs again here, and until then inan2016_t2's paper rendering is left as it is
-    # (reproduce.runs.tables.render_latest)
-    row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
+    # (reproduce.runs.tables.render_latest). 2026-11-27 12:05: moved ahead of the L^T row (stopped at epoch 4, update 5;
+    # it resumes from its checkpoint), so the issue's anchor row (13 epochs, ~1.5 h) completes within one session
     row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
+    row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
     row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
     row inan2016_t2 "200 hidden units Proposed-CE (keep 0.7, alpha 0.3)"
     ;;
