@@ -91,6 +91,18 @@ def test_text_and_json_output(tmp_path, capsys):
     assert row["facts"]["best_valid_ppl"] == 150.0 and row["state"] == "stopped"
 
 
+def test_the_header_says_the_complete_runs_are_left_out_unless_asked_for(tmp_path, capsys):
+    _write(tmp_path, "aaaa", "running", [_epoch(1, 200.0)])
+    _write(tmp_path, "cccc", "complete", [_epoch(1, 120.0)])
+    _write(tmp_path, "dddd", "complete", [_epoch(1, 130.0)])
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"repdegen: {tmp_path}: 1 run(s) not complete (--all lists the complete ones too), "
+                     "0 training now")
+    assert main(["--runs-dir", str(tmp_path), "--all"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"repdegen: {tmp_path}: 3 run(s), 0 training now"
+
+
 def test_a_second_session_shows_the_first_sessions_best_it_must_beat(tmp_path, capsys):
     """In a re-training session (footnote 5) the best and its count are the session's own (its early stopping);
     the earlier session's best, which stays the result unless beaten, is named beside them."""

@@ -310,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     training = sum(r["state"].startswith("training") for r in rows)
     try:
-        print(f"repdegen: {args.runs_dir}: {len(rows)} run(s), {training} training now")
+        what = f"{len(rows)} run(s)" if args.all else f"{len(rows)} run(s) not complete (--all lists the complete ones too)"
+        print(f"repdegen: {args.runs_dir}: {what}, {training} training now")
         for row in rows:
             print(format_row(row), flush=True)
     except BrokenPipeError:  # `| head`: the reader has what it wanted
