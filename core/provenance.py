@@ -59,6 +59,10 @@ def hardware(device: torch.device | str | None = None) -> dict:
         "torch_threads": torch.get_num_threads(),
         "device": str(device) if device is not None else "cpu",
     }
+    from core import malloc
+
+    if malloc.applied() is not None:  # the allocator setting of a CPU run (core/malloc.py)
+        info["malloc"] = malloc.applied()
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_count"] = torch.cuda.device_count()

@@ -22,6 +22,10 @@ case "${1:-}" in
     # done: inan2017_t1 "Small (200 units) / VD-LSTM+RE" (2026-11-27). The rows without the augmented loss run first
     # (2026-11-27: an AL epoch costs ~2.3x an MLE one, and a faster AL may restart the AL cells; their checkpoints stay)
     row inan2016_t1 "200 hidden units (keep 0.5)"
+    # a diagnostic, not a cell (2026-11-27): the baseline's best weights under a halving Adam lr (results/NOTES.md)
+    probe=outputs/probes/6e9129559f5f0212-decay0.5
+    [ -f "$probe/probe.json" ] || "$PYTHON" scripts/schedule_probe.py outputs/runs/6e9129559f5f0212 --decay 0.5 \
+      --epochs 6 --patience 1 --out-dir "$probe"
     row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
     row inan2016_t1 "200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3)"
     # also inan2016_t2's "200 hidden units Proposed-KL" (the same cell)

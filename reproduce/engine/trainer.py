@@ -25,6 +25,7 @@ import torch
 
 from analysis.metrics import embedding_metrics
 from core.files import atomic_torch_save
+from core.malloc import keep_freed_memory
 from reproduce.engine import checkpoint as ckpt_io
 from reproduce.engine import distributed as dist
 from reproduce.engine import optim
@@ -44,6 +45,8 @@ class Trainer:
         self.cfg, self.t, self.o = cfg, cfg.trainer, cfg.optim
         self.model, self.objective, self.corpus, self.logger = model, objective, corpus, logger
         self.run_dir, self.device = Path(run_dir), device
+        if device.type == "cpu":  # freed buffers stay in the process: no page faults every update (core/malloc.py)
+            keep_freed_memory()
         if device.type == "cuda" and not optim.use_bf16(self.t.precision, device):
             # fp32 means fp32: cuDNN (the LSTMs' kernel) runs in TF32 by default, PyTorch's own matmuls do not
             torch.backends.cudnn.allow_tf32 = False

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from core.files import atomic_torch_save, remove_stale_temps
+from core.malloc import keep_freed_memory
 from core.provenance import command_line, git_commit, hardware
 from data import kinds as data_kinds
 from losses import build_objective
@@ -177,6 +178,8 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     started = previous.get("started") if previous else dt.datetime.now().isoformat(timespec="seconds")
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.trainer.device)
+    if device.type == "cpu":  # before the big buffers, and recorded in the hardware below (core/malloc.py)
+        keep_freed_memory()
     # rank 0 first: it fills the corpus (and BPE) cache the others then read
     corpus = dist.main_first(lambda: _load_corpus_quiet_off_main(cfg))
     tie = resolve_tie(cfg.model, cfg.objective)
