@@ -21,7 +21,7 @@ import os
 # <malloc.h>
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
 _TRIM_THRESHOLD = 2**31 - 1  # the largest int mallopt takes: the heap is never trimmed below any size reached
-_TOP_PAD = 64 * 2**20  # each heap extension 256 MiB larger than asked: fewer brk calls while the heap grows
+_TOP_PAD = 64 * 2**20  # heap extensions 64 MiB larger than asked: fewer brk calls (the A/B ran with 256 MiB)
 ENV = "REPDEGEN_MALLOC"
 CHOICES = ("reuse", "system")
 
