@@ -217,6 +217,20 @@ def test_render_header_names_every_commit_the_cells_ran_at():
     assert "Commit: `abcdef0123 (uncommitted changes)`." in to_markdown("T", ["test_ppl"], rows, meta, [])
 
 
+def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
+    """A cell trained on a dirty tree keeps "uncommitted changes" in the header when a clean tree at another
+    commit re-renders it (it used to drop the flag); several commits are all named; any dirty cell marks the table."""
+    import reproduce.runs.tables as tables
+
+    monkeypatch.setattr(tables, "git_commit", lambda: {"commit": "ffff000011112222", "dirty": False})
+    dirty = {"git": {"commit": "30bba3bdbde4b9f1", "dirty": True}}
+    clean = {"git": {"commit": "760a1f4bf9758e75", "dirty": False}}
+    assert tables.records_git([dirty]) == {"commit": "30bba3bdbde4b9f1", "dirty": True}
+    assert tables.records_git([clean]) == {"commit": "760a1f4bf9758e75", "dirty": False}
+    assert tables.records_git([clean, dirty, clean]) == {"commit": "30bba3bdbd+760a1f4bf9", "dirty": True}
+    assert tables.records_git([]) == {"commit": "ffff000011112222", "dirty": False}
+
+
 def test_paper_rendering_names_each_cells_sessions_machine_and_commit():
     """A hand-made record of a cell retrained in a second session (footnote 5): 3 + 2 epochs, 1 h 1 min in all, on a
     CPU at a dirty commit; the Cells section and cells.json's provenance say so."""

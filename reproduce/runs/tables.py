@@ -567,11 +567,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     t = app.table
     scale = app.scale.name
     hw = sorted({hardware_summary(r["hardware"]) for r in records}) or ["n/a"]
-    commits = {r["git"]["commit"] for r in records}
-    if not commits or commits == {git_commit()["commit"]}:
-        git = git_commit()
-    else:  # cells run at different commits: name them all
-        git = {"commit": "+".join(sorted(c[:10] for c in commits))}
+    git = records_git(records)
     seeds = seeds_at(t, scale)
     relative = scale != "paper"
     meta = {
@@ -651,6 +647,18 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
         print(claims_console(verdicts, paper_short(t.source), scale, seeds))
         print(summary_line(verdicts, t.name, scale))
     return out
+
+
+def records_git(records: list[dict]) -> dict:
+    """The commit a table's header names: the one its cells trained at (several: all of them, short) and whether any
+    of them trained with uncommitted changes; the work tree's own commit only while no cell is complete. The flag
+    comes from the cells' records, never from the tree that renders them (a clean re-render of a cell trained on a
+    dirty tree must still say so)."""
+    if not records:
+        return git_commit()
+    commits = sorted({str((r.get("git") or {}).get("commit", "unknown")) for r in records})
+    commit = commits[0] if len(commits) == 1 else "+".join(c[:10] for c in commits)
+    return {"commit": commit, "dirty": any(bool((r.get("git") or {}).get("dirty")) for r in records)}
 
 
 def cell_provenance(record: dict) -> dict:
