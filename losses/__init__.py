@@ -34,7 +34,8 @@ class ObjectiveConfig:
     tie_weights: bool | None = None
     # None: the loss over all N rows at once; an int: the output layer and its softmax loss chunk_rows rows at a
     # time, the gradients formed in the forward pass (losses.fused.chunked_softmax_loss: no N x V tensor; the same
-    # values up to summation order). For the objectives whose ``supports_chunk_rows`` says so (MLE, RE, fused AGG).
+    # values up to summation order). For the objectives whose ``supports_chunk_rows`` says so (MLE, RE, fused AGG; AL
+    # and REAL with target_grad official or none: losses.al.chunked_augmented_loss). Not part of the config hash.
     chunk_rows: int | None = None
 
 
@@ -103,8 +104,8 @@ class Objective(nn.Module):
 
     @staticmethod
     def supports_chunk_rows(cfg) -> bool:
-        """Whether ``objective.chunk_rows`` applies to this objective with this config (the chunked kernel computes
-        the NLL, gated or not, and nothing else)."""
+        """Whether ``objective.chunk_rows`` applies to this objective with this config (a chunked kernel computes its
+        whole training loss: the NLL, gated or not, or AL's)."""
         return False
 
     def token_nll(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,8 +142,8 @@ def validate_objective(cfg: Any, cls: type | None = None) -> None:
         able = [n for n, (c, config_cls) in entries.items() if c.supports_chunk_rows(config_cls())]
         raise ConfigError(f"objective.chunk_rows={chunk} is not supported by objective={cfg.name}"
                           + (f" with implementation={value('implementation')}" if value("implementation") else "")
-                          + f"; the chunked kernel computes only the (gated) NLL: use it with {', '.join(able)} "
-                          "(AGG: implementation=fused), or set objective.chunk_rows=null")
+                          + f"; the chunked kernels compute the (gated) NLL and AL's loss: use it with {', '.join(able)} "
+                          "(AGG: implementation=fused; AL/REAL: target_grad official or none), or set objective.chunk_rows=null")
     cls.validate_config(cfg)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from core.errors import ConfigError
 from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
@@ -148,6 +149,111 @@ def augmented_loss_mean(logits: torch.Tensor, targets: torch.Tensor, embedding: 
     return _AugMean.apply(logits, embedding, targets, temperature, form, target_grad)
 
 
+class _ChunkedAugmented(torch.autograd.Function):
+    """:func:`chunked_augmented_loss`: the objective's whole training loss (cross-entropy and augmented loss) from
+    the hidden states, with every gradient formed in the forward pass, row chunk by row chunk."""
+
+    @staticmethod
+    def forward(ctx, h, W, b, L, targets, eps, tau, w_ce, w_aug, form, target_grad, chunk_rows):
+        n, v = targets.numel(), W.shape[0]
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        want_b = b is not None and ctx.needs_input_grad[2]
+        want_l = ctx.needs_input_grad[3] and target_grad == "official" and form == "kl"
+        acc = torch.float64 if h.dtype == torch.float64 else torch.float32
+        # y~ once per distinct target (as augmented_loss_mean)
+        uniq, inv = torch.unique(targets, return_inverse=True)
+        cnt = torch.bincount(inv, minlength=uniq.numel()).to(acc)
+        lu = L[uniq]
+        s = torch.log_softmax((lu @ L.t()).to(acc).div_(tau), dim=1)     # (U, V) log y~
+        y = s.exp()
+        negent = torch.linalg.vecdot(y, s)                                # (U,) sum y~ log y~
+        k = w_aug / tau
+        coef = y.sum(1).mul_(k)                                           # (U,) k sum_j y~_j (1 up to rounding)
+        grad_h = grad_w = grad_b = None
+        ce_sum = smooth_sum = aug_sum = None
+        w_c = None
+        for start in range(0, n, chunk_rows):
+            hc, tc, ic = h[start:start + chunk_rows], targets[start:start + chunk_rows], inv[start:start + chunk_rows]
+            z = nn.functional.linear(hc, W, b)                            # bf16 under autocast
+            cdt = z.dtype
+            lp = torch.log_softmax(z, dim=-1, dtype=acc)                  # log softmax(z)
+            za = z.to(acc) if cdt != acc else z
+            lpa = torch.log_softmax(za.div_(tau), dim=-1)                 # log y^ = log softmax(z / tau)
+            del z, za
+            col = tc.unsqueeze(1)
+            ce_part = -lp.gather(1, col).sum()
+            ce_sum = ce_part if ce_sum is None else ce_sum + ce_part
+            if eps:
+                part = -lp.mean(-1).sum()
+                smooth_sum = part if smooth_sum is None else smooth_sum + part
+            yc = y.index_select(0, ic)                                    # y~ of each row's target
+            part = -torch.linalg.vecdot(yc, lpa).sum()                    # sum_t -sum_j y~_j log y^_j
+            aug_sum = part if aug_sum is None else aug_sum + part
+            # d loss / dz (times n): w_ce (p - q) + k (y^ sum y~ - y~)
+            g = lp.exp_()
+            if w_ce != 1.0:
+                g.mul_(w_ce)
+            if eps:
+                g.sub_(w_ce * eps / v)
+            g.addcmul_(lpa.exp_(), coef.index_select(0, ic).unsqueeze(1))
+            g.add_(yc, alpha=-k)
+            del lpa, yc
+            g.scatter_add_(1, col, g.new_full(col.shape, -w_ce * (1.0 - eps)))
+            g_c = g if g.dtype == cdt else g.to(cdt)
+            if want_h:
+                if grad_h is None:
+                    grad_h = torch.empty(n, h.shape[1], dtype=acc, device=h.device)
+                if w_c is None:
+                    w_c = W.to(cdt)
+                grad_h[start:start + chunk_rows] = (g_c @ w_c).to(acc)
+            if want_w:
+                gw = (g_c.t() @ hc.to(cdt)).to(acc)
+                grad_w = gw if grad_w is None else grad_w.add_(gw)
+            if want_b:
+                gb = g.sum(0)
+                grad_b = gb if grad_b is None else grad_b.add_(gb)
+        zero = h.new_zeros((), dtype=acc)
+        ce_sum = zero if ce_sum is None else ce_sum
+        aug_sum = zero if aug_sum is None else aug_sum
+        if form == "kl":
+            aug_sum = aug_sum + (cnt * negent).sum()
+        term = ce_sum if not eps else (1.0 - eps) * ce_sum + eps * smooth_sum
+        grad_l = None
+        if want_l:  # the entropy part through y~: y~ (log y~ - sum y~ log y~) per row of each target, / tau
+            ds = s.sub_(negent.unsqueeze(1)).mul_(y).mul_((cnt * k).unsqueeze(1))
+            grad_l = ds.t() @ lu.to(acc)
+            grad_l.index_add_(0, uniq, ds @ L.to(acc))
+        m = max(n, 1)
+        ctx.save_for_backward(grad_h, grad_w, grad_b, grad_l)
+        ctx.n, ctx.dtypes = m, (h.dtype, W.dtype, b.dtype if b is not None else None, L.dtype)
+        nll, aug = ce_sum / m, aug_sum / m
+        ctx.mark_non_differentiable(nll, aug)
+        return (w_ce * term + w_aug * aug_sum) / m, nll, aug
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll, grad_aug):
+        out = []
+        for g, dtype in zip(ctx.saved_tensors, ctx.dtypes):
+            out.append(None if g is None else (g * (grad_loss.to(g.dtype) / ctx.n)).to(dtype))
+        return (*out, None, None, None, None, None, None, None, None)
+
+
+def chunked_augmented_loss(h, W, b, L, targets, eps: float, tau: float, w_ce: float, w_aug: float, form: str = "kl",
+                           target_grad: str = "official", chunk_rows: int = 1024):
+    """(loss, nll, aug) of the AL objective's training step, from the hidden states ``h`` (N, d) rather than the
+    logits: loss = w_ce * CE(y*, softmax(z)) + w_aug * J_aug with z = h W^T + b, CE label-smoothed by ``eps``, J_aug
+    as :func:`augmented_loss_mean` (``form`` kl or ce; ``target_grad`` official or none); nll the plain mean NLL and
+    aug the mean J_aug, both detached. The same function as the objective's default path (``token_nll`` of the
+    logits + ``augmented_loss_mean``), with fewer passes over the (N, V) logits: per chunk of ``chunk_rows`` rows one
+    logits matmul, the two log-softmaxes (z and z / tau), y~'s rows of the chunk, and the logits' gradient
+    w_ce (p - q) + (w_aug / tau)(y^ sum y~ - y~) built in place of the first, multiplied into h's, W's and b's
+    gradients at once (the backward only scales them). For one backward per forward (a training step). Passing L
+    as W (the tied REAL) sums both gradients into it, as autograd does. tests/test_losses.py: against autograd of
+    the explicit float64 formulas."""
+    return _ChunkedAugmented.apply(h, W, b, L, targets, float(eps), float(tau), float(w_ce), float(w_aug), form,
+                                   target_grad, int(chunk_rows))
+
+
 @register_objective("al", ALConfig)
 class AugmentedLoss(Objective):
     def __init__(self, cfg, vocab_size: int):
@@ -168,11 +274,24 @@ class AugmentedLoss(Objective):
         if cfg.target_grad not in ("official", "none", "full"):
             raise ConfigError(f"objective.target_grad={cfg.target_grad!r} must be 'official', 'none' or 'full'")
 
+    @staticmethod
+    def supports_chunk_rows(cfg) -> bool:
+        target_grad = cfg.get("target_grad") if hasattr(cfg, "get") else getattr(cfg, "target_grad", "official")
+        return target_grad in ("official", "none")
+
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
         cfg = self.cfg
+        if cfg.chunk_rows is not None and self.training:
+            w_ce, w_aug = ((1.0 - cfg.beta, cfg.beta * cfg.temperature**2 * model.output_embedding.shape[0])
+                           if cfg.beta is not None else (1.0, cfg.alpha))
+            loss, nll, aug = chunked_augmented_loss(
+                hidden, model.output_embedding, model.output_bias, model.input_embedding, targets, self.label_smoothing,
+                cfg.temperature, w_ce, w_aug, cfg.form, cfg.target_grad, cfg.chunk_rows)
+            return ObjectiveOutput(token_loss=loss, nll=nll, logs={"aug_loss": aug})
         logits = model.logits(hidden)
         loss, nll = self.token_nll(logits, targets)
-        aug = augmented_loss_mean(logits.float(), targets, model.input_embedding, cfg.temperature, cfg.form,
+        aug = augmented_loss_mean(logits if logits.dtype == torch.float64 else logits.float(), targets,
+                                  model.input_embedding, cfg.temperature, cfg.form,
                                   cfg.target_grad)
         if cfg.beta is not None:  # Inan 2017 eq. 6.1
             total = cfg.beta * cfg.temperature**2 * logits.size(-1) * aug + (1.0 - cfg.beta) * loss

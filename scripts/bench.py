@@ -95,9 +95,12 @@ def flops_per_token(model, cfg, context: int) -> float:
     return 6.0 * n + 12.0 * (layers or 0) * d * context
 
 
-def synthetic_corpus(kind: str, cfg, vocab: int, src_len: int, tgt_len: int, seed: int = 0):
+def synthetic_corpus(kind: str, cfg, vocab: int, src_len: int, tgt_len: int, seed: int = 0, zipf: bool = False):
     """A corpus of random tokens with ``vocab`` types, holding exactly the training data of one update of
-    the config's batch shape (the trainer's task cycles through it), built without any files."""
+    the config's batch shape (the trainer's task cycles through it), built without any files. ``zipf`` (language
+    models): the tokens drawn with probability ~ 1 / rank, as words are, instead of uniformly; what a batch's number
+    of distinct targets depends on (the augmented loss forms y~ once per distinct target: PTB's 700-token batches
+    hold ~360, uniform draws ~680)."""
     gen = torch.Generator().manual_seed(seed)
     t = cfg.trainer
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -105,7 +108,11 @@ def synthetic_corpus(kind: str, cfg, vocab: int, src_len: int, tgt_len: int, see
     counts = torch.arange(vocab, 0, -1, dtype=torch.long)  # frequency-sorted, as a real vocabulary
     if kind == "lm":
         n = t.batch_size * t.bptt * t.update_freq + t.batch_size
-        stream = torch.randint(len(specials), vocab, (n,), generator=gen)
+        if zipf:
+            weights = 1.0 / torch.arange(1, vocab - len(specials) + 1, dtype=torch.float64)
+            stream = torch.multinomial(weights, n, replacement=True, generator=gen) + len(specials)
+        else:
+            stream = torch.randint(len(specials), vocab, (n,), generator=gen)
         return Corpus("synthetic", stream, stream[: 2 * t.batch_size], stream[: 2 * t.batch_size],
                       Vocab(itos, counts, eos="</s>"), {"synthetic": True})
     from data.translation import ParallelCorpus, ParallelSplit
@@ -140,7 +147,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
         extra.append(f"trainer.bptt={args.bptt}")
     cfg = compose_cfg(model_name, objective, dataset, extra + obj_overrides + model_overrides)
     vocab = args.vocab or PAPER_VOCAB[kind]
-    corpus = synthetic_corpus(kind, cfg, vocab, args.src_len, args.tgt_len)
+    corpus = synthetic_corpus(kind, cfg, vocab, args.src_len, args.tgt_len, zipf=args.zipf)
     torch.manual_seed(0)
     model = build_model(cfg.model, vocab, resolve_tie(cfg.model, cfg.objective)).to(device)
     obj = build_objective(cfg.objective, vocab, cfg.trainer.label_smoothing).to(device)
@@ -366,6 +373,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compile", action="store_true", help="trainer.compile=true (torch.compile the model)")
     parser.add_argument("--rounds", type=at_least(1, "--rounds 3"), default=1,
                         help="measure every objective this many times, interleaved")
+    parser.add_argument("--zipf", action="store_true",
+                        help="language models: tokens drawn ~ 1 / rank (realistic distinct targets a batch) instead of uniformly")
     parser.add_argument("--smoke", action="store_true", help="scale=smoke widths and tiny batches (CPU plumbing check)")
     parser.add_argument("--device", type=device_name, default="auto", help="auto (default), cpu, cuda or cuda:<index>")
     parser.add_argument("--profile", type=at_least(0, "--profile 5"), default=0, metavar="N",

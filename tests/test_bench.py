@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -51,6 +52,19 @@ def test_synthetic_corpus_holds_one_update_and_the_vocabulary():
     assert len(lm.vocab) == 50 and lm.train.numel() == 3 * 5 * 2 + 3 and int(lm.train.min()) >= 4
     mt = bench.synthetic_corpus("translation", cfg, 50, 8, 10)
     assert len(mt.train) == (40 // 10) * 2 and mt.train.tgt[0].numel() == 10 and mt.train.src[0].numel() == 8
+
+
+def test_zipf_corpus_has_fewer_distinct_tokens_weighted_by_rank():
+    """--zipf: a 700-token batch of a 10,000-word vocabulary drawn ~ 1 / rank holds about as many distinct targets
+    as PTB's (~360; uniform draws: ~680), and rank 1 is the most frequent token; specials are never drawn."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"trainer": {"batch_size": 20, "bptt": 35, "update_freq": 1}})
+    uniform = bench.synthetic_corpus("lm", cfg, 10000, 8, 10).train
+    zipf = bench.synthetic_corpus("lm", cfg, 10000, 8, 10, zipf=True).train
+    assert zipf.numel() == uniform.numel() == 720 and int(zipf.min()) >= 4
+    assert uniform.unique().numel() > 600 and 250 < zipf.unique().numel() < 450
+    assert int(torch.bincount(zipf).argmax()) == 4
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -254,13 +254,14 @@ def test_chunked_bf16_autocast_is_close_to_float32():
         assert torch.allclose(gl, gr, atol=3e-2 * gr.abs().max().item())
 
 
-@pytest.mark.parametrize("name,extra", [("al", {}), ("real", {}), ("ul", {}), ("ul_agg", {}), ("cosreg", {}),
-                                        ("agg", {"implementation": "literal"})])
+@pytest.mark.parametrize("name,extra", [("al", {"target_grad": "full"}), ("real", {"target_grad": "full"}), ("ul", {}),
+                                        ("ul_agg", {}), ("cosreg", {}), ("agg", {"implementation": "literal"})])
 def test_chunk_rows_is_refused_where_the_kernel_does_not_apply(name, extra):
     from losses import validate_objective
 
     cfg = OmegaConf.merge(OmegaConf.structured(_config_cls(name)), {"name": name, "chunk_rows": 8, **extra})
-    with pytest.raises(ConfigError, match=rf"objective.chunk_rows=8 is not supported by objective={name}.*agg, mle, re"):
+    able = "agg, al, mle, re, real"
+    with pytest.raises(ConfigError, match=rf"objective.chunk_rows=8 is not supported by objective={name}.*{able}"):
         validate_objective(cfg)
     validate_objective(OmegaConf.merge(cfg, {"chunk_rows": None}))  # the same config without it is fine
 

@@ -173,6 +173,93 @@ def test_al_objective_combines_ce_and_weighted_kl():
     assert out.nll.item() == pytest.approx(torch.nn.functional.cross_entropy(z, y).item(), rel=1e-6)
 
 
+# ---- the chunked AL kernel (objective.chunk_rows with al/real): CE + AL from the hidden states ---------------------
+@pytest.mark.parametrize("chunk", [1, 5, 64])  # one row, chunks that do not divide N, one chunk larger than N
+@pytest.mark.parametrize("form,target_grad", [("kl", "official"), ("kl", "none"), ("ce", "official")])
+@pytest.mark.parametrize("tied,bias", [(True, False), (False, True)])
+@pytest.mark.parametrize("eps,w_ce,w_aug", [(0.0, 1.0, 0.7), (0.1, 0.4, 2.5)])
+def test_chunked_augmented_loss_equals_the_explicit_formula(chunk, form, target_grad, tied, bias, eps, w_ce, w_aug):
+    """chunked_augmented_loss against autograd of the explicit float64 objective, w_ce * CE_eps(y*, softmax(h W^T + b))
+    + w_aug * mean_t KL(y~_t || y^_t) (ce form: without y~'s negative entropy), the detaches of ``target_grad``: its
+    three outputs and the gradients of h, W (untied), b and L, with targets that repeat (7 distinct of 12)."""
+    from losses.al import chunked_augmented_loss
+
+    torch.manual_seed(11)
+    y = torch.tensor([3, 7, 3, 3, 11, 7, 0, 5, 3, 11, 1, 2])
+    tau = 2.5
+    leaves = [torch.randn(y.numel(), D, dtype=torch.float64), torch.randn(V, D, dtype=torch.float64),
+              torch.randn(V, dtype=torch.float64) if bias else None, torch.randn(V, D, dtype=torch.float64)]
+
+    def run(fn):
+        h, W, b, L = (None if t is None else t.detach().clone().requires_grad_(True) for t in leaves)
+        W_used = L if tied else W
+        loss, *rest = fn(h, W_used, b, L)
+        (1.3 * loss).backward()
+        return [loss.detach(), *rest], [None if t is None or t.grad is None else t.grad for t in (h, W, b, L)]
+
+    def ours(h, W, b, L):
+        return chunked_augmented_loss(h, W, b, L, y, eps, tau, w_ce, w_aug, form, target_grad, chunk)
+
+    def explicit(h, W, b, L):
+        z = torch.nn.functional.linear(h, W, b)
+        ce = torch.nn.functional.cross_entropy(z, y, label_smoothing=eps)
+        aug = explicit_kl(z, y, L, tau, True, target_grad == "none")
+        if form == "ce":
+            y_ent = torch.softmax(L[y] @ L.t() / tau, -1)
+            y_ent = y_ent.detach() if target_grad == "none" else y_ent
+            aug = aug - (y_ent * torch.log(y_ent)).sum(-1)
+        return w_ce * ce + w_aug * aug.mean(), torch.nn.functional.cross_entropy(z, y).detach(), aug.mean().detach()
+
+    values, grads_ours = run(ours)
+    ref_values, grads_ref = run(explicit)
+    for a, b in zip(values, ref_values):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0)
+    assert not values[1].requires_grad and not values[2].requires_grad
+    for name, a, b in zip("hWbL", grads_ours, grads_ref):
+        if tied and name == "W":
+            continue
+        if a is None or b is None:  # nothing depends on it on one side: the other's is zero up to rounding
+            assert (a if a is not None else b if b is not None else torch.zeros(1)).abs().max() < 1e-14, name
+            continue
+        assert torch.allclose(a, b, atol=1e-12, rtol=0), name
+
+
+@pytest.mark.parametrize("name,tied", [("al", False), ("real", True)])
+@pytest.mark.parametrize("beta", [None, 0.3])
+def test_al_objectives_with_chunk_rows_equal_their_default_path(name, tied, beta):
+    """Through the objectives: AL and REAL with objective.chunk_rows against the same objective without it (the
+    logits, token_nll and augmented_loss_mean), in training mode: loss, the logged NLL and aug_loss, and every
+    gradient; in eval mode chunk_rows takes the default path."""
+    from omegaconf import OmegaConf
+
+    torch.manual_seed(5)
+    y = torch.randint(0, V, (N,))
+    h0 = torch.randn(N, D, dtype=torch.float64)
+    base = TinyOutputModel(V, D, tied, bias=not tied, dtype=torch.float64)
+    results = []
+    for chunk in (None, 4):
+        model = TinyOutputModel(V, D, tied, bias=not tied, dtype=torch.float64)
+        model.load_state_dict(base.state_dict())
+        cfg = OmegaConf.create({"name": name, "alpha": 0.7, "temperature": 4.0, "form": "kl", "target_grad": "official",
+                                "tie_weights": tied, "beta": beta, "chunk_rows": chunk})
+        obj = build_objective(cfg, V, label_smoothing=0.05)
+        h = h0.clone().requires_grad_(True)
+        out = obj(h, y, model)
+        out.token_loss.backward()
+        results.append((out, h.grad, {k: p.grad for k, p in model.named_parameters()}))
+        obj.eval()
+        with torch.no_grad():
+            assert obj(h0, y, model).token_loss.item() == pytest.approx(results[0][0].token_loss.item(), rel=1e-12)
+    (a, ha, pa), (b, hb, pb) = results
+    assert torch.allclose(a.token_loss, b.token_loss, atol=1e-12, rtol=0)
+    assert a.nll.item() == pytest.approx(b.nll.item(), rel=1e-12)
+    assert a.logs["aug_loss"].item() == pytest.approx(b.logs["aug_loss"].item(), rel=1e-12)
+    assert torch.allclose(ha, hb, atol=1e-12, rtol=0)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert torch.allclose(pa[k], pb[k], atol=1e-12, rtol=0), k
+
+
 def brute_cosreg(W):
     """gamma-free Gao eq. 6: 1/N^2 sum_i sum_{j != i} cos(w_i, w_j), as a double loop."""
     n = W.size(0)

@@ -221,6 +221,9 @@ def test_config_hash_ignores_run_control_and_canonicalises_tying(compose_cfg, tm
                              "trainer.device=cpu", output_dir=tmp_path / "elsewhere"))
     c = finalize(compose_cfg(*VD_SMOKE, "objective=mle", "seed=2"))
     assert config_hash(a) == config_hash(b) != config_hash(c)
+    # how the same function is computed (row-chunked loss, torch.compile) is not the experiment: same hash
+    d = finalize(compose_cfg(*VD_SMOKE, "objective=mle", "objective.chunk_rows=256", "trainer.compile=true"))
+    assert d.objective.chunk_rows == 256 and config_hash(d) == config_hash(a)
 
 
 def test_scale_is_applied_once(compose_cfg):

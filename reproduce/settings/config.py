@@ -387,6 +387,9 @@ HASH_EXCLUDED = (
     "trainer.compile",
     "trainer.compile_backend",
     "scale.gpus",
+    # how the output layer's loss is computed (row chunks, gradients formed in the forward): the same function up
+    # to float summation order, like trainer.compile; the record keeps it (cell.yaml)
+    "objective.chunk_rows",
 )
 
 VALID_CHOICES = {
@@ -588,8 +591,7 @@ def _drop(container: dict, dotted: str) -> None:
 # keep the hashes (and the ledger entries) they had before the key existed
 HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split",
                            "trainer.early_stopping_on": "valid", "trainer.early_stopping_min_delta": 0.0,
-                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None,
-                           "objective.chunk_rows": None}
+                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None}
 
 
 def hashed_view(cfg: DictConfig) -> dict:
