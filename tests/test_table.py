@@ -229,6 +229,10 @@ def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
     assert tables.records_git([clean]) == {"commit": "760a1f4bf9758e75", "dirty": False}
     assert tables.records_git([clean, dirty, clean]) == {"commit": "30bba3bdbd+760a1f4bf9", "dirty": True}
     assert tables.records_git([]) == {"commit": "ffff000011112222", "dirty": False}
+    # a cell resumed at another commit: its starts name both, the clean latest one does not hide the dirty first one
+    resumed = {"git": clean["git"], "starts": [dirty, clean, clean]}
+    assert tables.records_git([resumed]) == {"commit": "30bba3bdbd+760a1f4bf9", "dirty": True}
+    assert tables.cell_provenance(dict(resumed, history=[]))["commit"] == "30bba3bdbd+dirty, 760a1f4bf9"
 
 
 def test_paper_rendering_names_each_cells_sessions_machine_and_commit():

@@ -63,6 +63,21 @@ def test_a_complete_run_is_not_run_again(compose_cfg, tmp_path, capsys):
     assert second == first and ckpt.stat().st_mtime_ns == stamp
 
 
+def test_each_start_of_a_cell_keeps_its_commit_and_where_it_resumed(compose_cfg, monkeypatch):
+    """A cell stopped after epoch 1 and resumed at another commit: its record lists both starts, each with the
+    commit it ran at, the second one "after train epoch 1"; "git" is the latest start's."""
+    import reproduce.runs.execute as execute
+
+    monkeypatch.setattr(execute, "git_commit", lambda: {"commit": "a" * 40, "dirty": False})
+    assert train(compose_cfg(*VD_SMOKE, "scale.max_epochs=2", "trainer.stop_after_epochs=1"))["status"] == "interrupted"
+    monkeypatch.setattr(execute, "git_commit", lambda: {"commit": "b" * 40, "dirty": True})
+    rec = train(compose_cfg(*VD_SMOKE, "scale.max_epochs=2", "trainer.resume=true"))
+    assert rec["status"] == "complete" and len(rec["history"]) >= 2
+    assert [s["git"]["commit"][0] for s in rec["starts"]] == ["a", "b"]
+    assert [s["from"] for s in rec["starts"]] == ["the start", "after train epoch 1"]
+    assert rec["git"] == {"commit": "b" * 40, "dirty": True} and all(s["hardware"] and s["at"] for s in rec["starts"])
+
+
 def test_an_unfinished_run_needs_resume_or_a_move(compose_cfg):
     cfg = compose_cfg(*VD_SMOKE, "scale.max_epochs=3", "trainer.stop_after_epochs=1")
     assert train(cfg)["status"] == "interrupted"

@@ -192,6 +192,13 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     if dist.rank() > 0:
         torch.manual_seed(cfg.seed + dist.rank())
     n_params = sum(p.numel() for p in model.parameters())
+    # every (re)start of the cell with the code and machine it ran on: "git" and "hardware" below are the latest
+    # start's, so a cell resumed at another commit keeps where its earlier epochs ran (records from before this
+    # list began with their last start, whose time is not known)
+    starts = list(previous.get("starts") or [{"git": previous.get("git"), "hardware": previous.get("hardware")}]) \
+        if previous else []
+    starts.append({"at": dt.datetime.now().isoformat(timespec="seconds"), "git": git_commit(),
+                   "hardware": hardware(device), "from": "the start"})
     record = {
         "status": "running",
         "label": run_label(cfg),
@@ -202,8 +209,9 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
         "config": plain_config(cfg),
         "parameters": {"total": n_params, "by_part": model.parameter_breakdown(), "tie_weights": tie},
         "corpus": corpus.provenance,
-        "git": git_commit(),
-        "hardware": hardware(device),
+        "git": starts[-1]["git"],
+        "hardware": starts[-1]["hardware"],
+        "starts": starts,
         "started": started,
         "history": [],
         "metrics": {},
@@ -231,6 +239,7 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     trainer.on_epoch_end = update
     if resume and trainer.load_checkpoint():
         mid = " (mid-epoch)" if trainer.resumes_mid_epoch else ""
+        starts[-1]["from"] = f"after {trainer.state.stage} epoch {trainer.state.epoch}{mid}"
         dist.print_main(f"repdegen: resuming {record['label']} [{h}] after {trainer.state.stage} epoch "
                         f"{trainer.state.epoch}{mid}, {trainer.state.updates} updates")
     ranks = f", {dist.world_size()} ranks" if dist.is_distributed() else ""

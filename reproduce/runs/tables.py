@@ -656,9 +656,20 @@ def records_git(records: list[dict]) -> dict:
     dirty tree must still say so)."""
     if not records:
         return git_commit()
-    commits = sorted({str((r.get("git") or {}).get("commit", "unknown")) for r in records})
+    gits = [g for r in records for g in record_gits(r)]
+    commits = sorted({str(g.get("commit", "unknown")) for g in gits})
     commit = commits[0] if len(commits) == 1 else "+".join(c[:10] for c in commits)
-    return {"commit": commit, "dirty": any(bool((r.get("git") or {}).get("dirty")) for r in records)}
+    return {"commit": commit, "dirty": any(bool(g.get("dirty")) for g in gits)}
+
+
+def record_gits(record: dict) -> list[dict]:
+    """The commits a cell ran at, in the order of its (re)starts, each once (``starts``; a record from before that
+    list: its one ``git``)."""
+    out: list[dict] = []
+    for g in [s.get("git") or {} for s in record.get("starts") or []] or [record.get("git") or {}]:
+        if g not in out:
+            out.append(g)
+    return out
 
 
 def cell_provenance(record: dict) -> dict:
@@ -669,8 +680,8 @@ def cell_provenance(record: dict) -> dict:
     for h in record.get("history") or []:
         if h.get("stage", "train") == "train":
             sessions[int(h.get("session", 1))] = sessions.get(int(h.get("session", 1)), 0) + 1
-    git = record.get("git") or {}
-    commit = str(git.get("commit", "unknown"))[:10] + ("+dirty" if git.get("dirty") else "")
+    commit = ", ".join(str(g.get("commit", "unknown"))[:10] + ("+dirty" if g.get("dirty") else "")
+                       for g in record_gits(record))
     return {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
             "epochs": [sessions[k] for k in sorted(sessions)], "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
             "wall_time_s": record.get("wall_time_s"),
