@@ -16,15 +16,29 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 @lru_cache(maxsize=1)
 def git_commit() -> dict:
-    def run(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    def run(*args: str) -> str:  # "XY path" lines of --porcelain keep their leading blank: strip the end only
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.rstrip()
 
     try:
         commit = run("rev-parse", "HEAD") or "unknown"
-        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+        changed = [line[3:] for line in run("status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()]
     except (OSError, subprocess.SubprocessError):
-        commit, dirty = "unknown", False
-    return {"commit": commit, "dirty": dirty}
+        commit, changed = "unknown", []
+    out = {"commit": commit, "dirty": bool(changed)}
+    if changed:  # which tracked files differ (the first 20): a re-rendered results page is not a code change
+        out["changed"] = changed[:20] + ([f"... {len(changed) - 20} more"] if len(changed) > 20 else [])
+    return out
+
+
+def uncommitted_note(git: dict) -> str:
+    """How a rendering names a dirty tree: " (uncommitted changes)", or "... in results/ only" when every changed
+    file it lists is a rendered result (which no run reads); "" for a clean one."""
+    if not git.get("dirty"):
+        return ""
+    changed = git.get("changed") or []
+    if changed and all(str(p).startswith("results/") for p in changed):
+        return " (uncommitted changes in results/ only)"
+    return " (uncommitted changes)"
 
 
 def command_line(argv: list[str] | None = None) -> str:

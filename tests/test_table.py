@@ -233,6 +233,18 @@ def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
     resumed = {"git": clean["git"], "starts": [dirty, clean, clean]}
     assert tables.records_git([resumed]) == {"commit": "30bba3bdbd+760a1f4bf9", "dirty": True}
     assert tables.cell_provenance(dict(resumed, history=[]))["commit"] == "30bba3bdbd+dirty, 760a1f4bf9"
+    # a start whose only uncommitted changes were rendered results says so, here and in the header
+    rerendered = {"git": {"commit": "30bba3bdbde4b9f1", "dirty": True, "changed": ["results/tables/t/paper/table.md"]}}
+    assert tables.cell_provenance(dict(rerendered, history=[]))["commit"] == "30bba3bdbd+dirty (results/ only)"
+    head = tables.records_git([rerendered, clean])
+    assert head["changed"] == ["results/tables/t/paper/table.md"]
+    rows = [RenderedRow("A", None, {"test_ppl": 80.0}, {"test_ppl": 82.25}, "complete")]
+    meta = {"source": "S", "scale": "paper", "hardware": "hw", "wall_time": "1m", "generated": "now", "git": head}
+    assert "Commit: `30bba3bdbd+760a1f4bf9 (uncommitted changes in results/ only)`." in to_markdown("T", ["test_ppl"], rows,
+                                                                                                     meta, [])
+    code = {"git": {"commit": "30bba3bdbde4b9f1", "dirty": True, "changed": ["losses/al.py", "results/x.md"]}}
+    assert tables.cell_provenance(dict(code, history=[]))["commit"] == "30bba3bdbd+dirty"
+    assert "(uncommitted changes)`" in to_markdown("T", ["test_ppl"], rows, dict(meta, git=tables.records_git([code])), [])
 
 
 def test_paper_rendering_names_each_cells_sessions_machine_and_commit():

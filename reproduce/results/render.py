@@ -16,6 +16,7 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from core.provenance import uncommitted_note
 from reproduce.results.metrics import label, metric, sd_places
 
 
@@ -73,7 +74,7 @@ def _header_lines(meta: dict) -> list[str]:
     git = meta.get("git", {})
     # cells run at different commits come as "a+b": shorten each, keep them all
     commit = "+".join(c[:10] for c in str(git.get("commit", "unknown")).split("+"))
-    commit += " (uncommitted changes)" if git.get("dirty") else ""
+    commit += uncommitted_note(git)
     seeds = meta.get("seeds") or []
     lines = [
         f"Source: {meta['source']}.",

@@ -650,10 +650,10 @@ def build_pages(results_dir: Path, tables: list[TableInfo], generated: str) -> d
 
 
 def _generated_line() -> str:
-    from core.provenance import git_commit
+    from core.provenance import git_commit, uncommitted_note
 
     git = git_commit()
-    commit = git["commit"][:10] + (" (uncommitted changes)" if git.get("dirty") else "")
+    commit = git["commit"][:10] + uncommitted_note(git)
     return f"{dt.datetime.now().isoformat(timespec='seconds')} at commit `{commit}`."
 
 

@@ -410,14 +410,14 @@ def _one_line(text: str | None) -> str:
 
 
 def _meta(agg: Aggregate) -> dict:
-    from core.provenance import hardware_summary
+    from core.provenance import hardware_summary, uncommitted_note
     from reproduce.runs.launch import _fmt_seconds
 
     complete = [j for j in agg.jobs if j.record is not None and j.status == "complete" and j.superseded_by is None]
     labels = sorted({j.record.get("label", "?") for j in complete})
     scales = sorted({str(j.record.get("scale", "?")) for j in complete})
     gits = [j.record.get("git") or {} for j in complete]
-    commits = sorted({g.get("commit", "unknown")[:10] + (" (uncommitted changes)" if g.get("dirty") else "") for g in gits})
+    commits = sorted({g.get("commit", "unknown")[:10] + uncommitted_note(g) for g in gits})
     wall = sum(float(j.record.get("wall_time_s", 0.0)) for j in complete)
     hardware = sorted({hardware_summary(j.record["hardware"]) for j in complete if j.record.get("hardware")})
     return {"labels": labels, "scales": scales, "commits": commits, "wall_time_s": wall,

@@ -42,7 +42,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from analysis.figures import plot_validation_curves
 from core.files import atomic_write_bytes, atomic_write_json
 from core.loaders import load_cells_json, load_checkpoint, load_tensor_file
-from core.provenance import command_line, git_commit, hardware_summary
+from core.provenance import command_line, git_commit, hardware_summary, uncommitted_note
 from reproduce.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -659,7 +659,11 @@ def records_git(records: list[dict]) -> dict:
     gits = [g for r in records for g in record_gits(r)]
     commits = sorted({str(g.get("commit", "unknown")) for g in gits})
     commit = commits[0] if len(commits) == 1 else "+".join(c[:10] for c in commits)
-    return {"commit": commit, "dirty": any(bool(g.get("dirty")) for g in gits)}
+    out = {"commit": commit, "dirty": any(bool(g.get("dirty")) for g in gits)}
+    changed = sorted({str(p) for g in gits if g.get("dirty") for p in (g.get("changed") or ["?"])})
+    if out["dirty"] and "?" not in changed:  # every dirty start says which files: keep them for the note
+        out["changed"] = changed
+    return out
 
 
 def record_gits(record: dict) -> list[dict]:
@@ -672,6 +676,11 @@ def record_gits(record: dict) -> list[dict]:
     return out
 
 
+def _dirty_suffix(git: dict) -> str:
+    note = uncommitted_note(git)
+    return "" if not note else "+dirty (results/ only)" if "results/ only" in note else "+dirty"
+
+
 def cell_provenance(record: dict) -> dict:
     """What a rendered number needs beside it, from a complete cell's record: its row, seed and config, the
     training epochs of each session (footnote 5's retraining is a second session), wall time, hardware, commit
@@ -680,8 +689,7 @@ def cell_provenance(record: dict) -> dict:
     for h in record.get("history") or []:
         if h.get("stage", "train") == "train":
             sessions[int(h.get("session", 1))] = sessions.get(int(h.get("session", 1)), 0) + 1
-    commit = ", ".join(str(g.get("commit", "unknown"))[:10] + ("+dirty" if g.get("dirty") else "")
-                       for g in record_gits(record))
+    commit = ", ".join(str(g.get("commit", "unknown"))[:10] + _dirty_suffix(g) for g in record_gits(record))
     return {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
             "epochs": [sessions[k] for k in sorted(sessions)], "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
             "wall_time_s": record.get("wall_time_s"),
