@@ -147,7 +147,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
         extra.append(f"trainer.bptt={args.bptt}")
     cfg = compose_cfg(model_name, objective, dataset, extra + obj_overrides + model_overrides)
     vocab = args.vocab or PAPER_VOCAB[kind]
-    corpus = synthetic_corpus(kind, cfg, vocab, args.src_len, args.tgt_len, zipf=args.zipf)
+    corpus = synthetic_corpus(kind, cfg, vocab, args.src_len, args.tgt_len, zipf=getattr(args, "zipf", False))
     torch.manual_seed(0)
     model = build_model(cfg.model, vocab, resolve_tie(cfg.model, cfg.objective)).to(device)
     obj = build_objective(cfg.objective, vocab, cfg.trainer.label_smoothing).to(device)
