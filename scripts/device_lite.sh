@@ -8,16 +8,26 @@
 # Usage: bash scripts/device_lite.sh SECONDS SLOTS TABLES
 # Other scales and single rows (issue 25 item 3: a paper cell alone, continued by a second call on the warm machine,
 # whose ledger stays between calls):  SCALE=paper ROWS='["Medium (650 units) / VD-LSTM"]' bash scripts/device_lite.sh 540 1 inan2017_t1
+# Across leases (scripts/lease_carry.py): CARRY_IN=.carry/<name> unpacks a carried pack into outputs/runs first (its
+# manifest and every part carried in earlier calls of this lease); CARRY_OUT=1 packs the cells left unfinished into
+# outputs/carry afterwards and puts parts 1-4 in $OUT (then: python3 scripts/lease_carry.py emit outputs/carry "$OUT" 5 6 7 8).
 set -uo pipefail
 secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}; scale=${SCALE:-lite}
 rows=(); [ -n "${ROWS:-}" ] && rows=("rows=$ROWS")
 . scripts/device_env.sh
 export OMP_NUM_THREADS=2
 gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
+if [ -n "${CARRY_IN:-}" ]; then python3 scripts/lease_carry.py unpack "$CARRY_IN" --runs outputs/runs || exit 1; fi
 start=$(date +%s)
 timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" "scale=$scale" "launch.gpus=$gpus" "${rows[@]}" \
   progress=false > "$OUT/table.log" 2>&1
 echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
 tail -40 "$OUT/table.log"
 pack_ledger
+if [ -n "${CARRY_OUT:-}" ]; then
+  rm -rf outputs/carry
+  python3 scripts/lease_carry.py pack --unfinished outputs/runs --dir outputs/carry \
+    && [ -f outputs/carry/manifest.json ] && python3 scripts/lease_carry.py emit outputs/carry "$OUT" \
+      $(python3 -c "import json; print(*range(1, min(4, len(json.load(open('outputs/carry/manifest.json'))['parts'])) + 1))")
+fi
 ls -la "$OUT"
