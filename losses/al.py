@@ -29,6 +29,7 @@ from torch import nn
 
 from core.errors import ConfigError
 from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from losses.fused import store_chunk_grad_h
 
 
 @dataclass
@@ -201,11 +202,7 @@ class _ChunkedAugmented(torch.autograd.Function):
             g.scatter_add_(1, col, g.new_full(col.shape, -w_ce * (1.0 - eps)))
             g_c = g if g.dtype == cdt else g.to(cdt)
             if want_h:
-                if grad_h is None:
-                    grad_h = torch.empty(n, h.shape[1], dtype=acc, device=h.device)
-                if w_c is None:
-                    w_c = W.to(cdt)
-                grad_h[start:start + chunk_rows] = (g_c @ w_c).to(acc)
+                grad_h, w_c = store_chunk_grad_h(grad_h, w_c, g_c, h, W, start, acc)
             if want_w:
                 gw = (g_c.t() @ hc.to(cdt)).to(acc)
                 grad_w = gw if grad_w is None else grad_w.add_(gw)

@@ -155,6 +155,17 @@ def _gated_output_grads(gz, gz_c, h, targets, own, g1, g2, rare_rows, want_w: bo
     return gw, gb
 
 
+def store_chunk_grad_h(grad_h, w_c, g_c, h, W, start: int, acc):
+    """The rows of h's gradient that one chunk's logit gradient ``g_c`` gives, ``g_c @ W`` (W cast once to the
+    chunk's dtype and kept, ``w_c``), written into ``grad_h`` (made on the first chunk); returns (grad_h, w_c)."""
+    if grad_h is None:
+        grad_h = torch.empty(h.shape[0], h.shape[1], dtype=acc, device=h.device)
+    if w_c is None:
+        w_c = W.to(g_c.dtype)
+    grad_h[start:start + g_c.shape[0]] = (g_c @ w_c).to(acc)
+    return grad_h, w_c
+
+
 class _ChunkedSoftmaxLoss(torch.autograd.Function):
     """The NLL (AGG: gated) loss of ``fused_softmax_loss`` without UL, computed row chunk by row chunk with the
     gradients formed in the forward pass: per chunk the logits, their log-normaliser, the logit gradient and its
@@ -197,11 +208,7 @@ class _ChunkedSoftmaxLoss(torch.autograd.Function):
             gz.scatter_(1, col, own)
             gz_c = gz if gz.dtype == cdt else gz.to(cdt)
             if want_h:
-                if grad_h is None:
-                    grad_h = torch.empty(n, h.shape[1], dtype=acc, device=h.device)
-                if w_c is None:
-                    w_c = W.to(cdt)
-                grad_h[start:start + chunk_rows] = (gz_c @ w_c).to(acc)
+                grad_h, w_c = store_chunk_grad_h(grad_h, w_c, gz_c, h, W, start, acc)
             if gated:
                 gw, gb = _gated_output_grads(gz, gz_c, hc, tc, own, g1, g2, rare_rows[start:start + chunk_rows],
                                              want_w, want_b, cdt, acc, rare_all[bounds[k]:bounds[k + 1]] - start)
