@@ -212,6 +212,7 @@ class _ChunkedAugmented(torch.autograd.Function):
         zero = h.new_zeros((), dtype=acc)
         ce_sum = zero if ce_sum is None else ce_sum
         aug_sum = zero if aug_sum is None else aug_sum
+        smooth_sum = zero if smooth_sum is None else smooth_sum
         if form == "kl":
             aug_sum = aug_sum + (cnt * negent).sum()
         term = ce_sum if not eps else (1.0 - eps) * ce_sum + eps * smooth_sum
