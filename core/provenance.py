@@ -30,15 +30,17 @@ def git_commit() -> dict:
     return out
 
 
+def only_results_changed(git: dict) -> bool:
+    """A dirty tree whose every changed file (as ``git_commit`` lists them) is a rendered result, which no run reads."""
+    changed = git.get("changed") or []
+    return bool(git.get("dirty")) and bool(changed) and all(str(p).startswith("results/") for p in changed)
+
+
 def uncommitted_note(git: dict) -> str:
-    """How a rendering names a dirty tree: " (uncommitted changes)", or "... in results/ only" when every changed
-    file it lists is a rendered result (which no run reads); "" for a clean one."""
+    """How a rendering names a dirty tree: " (uncommitted changes)", or "... in results/ only"; "" for a clean one."""
     if not git.get("dirty"):
         return ""
-    changed = git.get("changed") or []
-    if changed and all(str(p).startswith("results/") for p in changed):
-        return " (uncommitted changes in results/ only)"
-    return " (uncommitted changes)"
+    return " (uncommitted changes in results/ only)" if only_results_changed(git) else " (uncommitted changes)"
 
 
 def command_line(argv: list[str] | None = None) -> str:

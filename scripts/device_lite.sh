@@ -27,7 +27,6 @@ pack_ledger
 if [ -n "${CARRY_OUT:-}" ]; then
   rm -rf outputs/carry
   python3 scripts/lease_carry.py pack --unfinished outputs/runs --dir outputs/carry \
-    && [ -f outputs/carry/manifest.json ] && python3 scripts/lease_carry.py emit outputs/carry "$OUT" \
-      $(python3 -c "import json; print(*range(1, min(4, len(json.load(open('outputs/carry/manifest.json'))['parts'])) + 1))")
+    && [ -f outputs/carry/manifest.json ] && python3 scripts/lease_carry.py emit outputs/carry "$OUT" --first 4
 fi
 ls -la "$OUT"

@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("emit", help="parts k ... + manifest -> $OUT")
     e.add_argument("dir", type=Path)
     e.add_argument("out", type=Path)
-    e.add_argument("k", type=int, nargs="+")
+    e.add_argument("k", type=int, nargs="*", help="the parts to emit (from 1)")
+    e.add_argument("--first", type=int, metavar="N", help="parts 1..N, or as many as there are")
     g = sub.add_parser("gather", help="the fetched calls' folders -> one checked pack")
     g.add_argument("sources", nargs="+", type=Path)
     g.add_argument("--dir", type=Path, required=True)
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lease_carry: {len(m['cells'])} cell(s), {m['bytes'] / 1e6:.1f} MB in {len(m['parts'])} part(s) "
               f"under {args.dir}; emit up to four a call")
     elif args.cmd == "emit":
-        print(f"lease_carry: wrote {', '.join(map(str, emit(args.dir, args.k, args.out)))}")
+        ks = list(args.k) + (list(range(1, min(args.first, len(_manifest(args.dir)["parts"])) + 1)) if args.first else [])
+        print(f"lease_carry: wrote {', '.join(map(str, emit(args.dir, ks, args.out)))}")
     elif args.cmd == "gather":
         r = gather(args.sources, args.dir)
         left = f"; still missing: {', '.join(r['missing'])}" if r["missing"] else "; complete"

@@ -90,6 +90,9 @@ def test_the_command_line_says_what_is_missing(tmp_path, capsys):
                              "--part-mb", "0.05"]) == 0
     assert lease_carry._manifest(tmp_path / "p")["cells"] == ["dddd"]
     assert lease_carry.main(["emit", str(tmp_path / "p"), str(tmp_path / "o1"), "1"]) == 0
+    assert lease_carry.main(["emit", str(tmp_path / "p"), str(tmp_path / "all"), "--first", "99"]) == 0
+    parts = [p["name"] for p in lease_carry._manifest(tmp_path / "p")["parts"]]
+    assert len(parts) >= 2 and sorted(p.name for p in (tmp_path / "all").iterdir()) == ["manifest.json", *parts]
     assert lease_carry.main(["gather", str(tmp_path / "o1"), "--dir", str(tmp_path / "g")]) == 1
     n = len(json.loads((tmp_path / "p" / "manifest.json").read_text())["parts"])
     assert f"1/{n} part(s)" in capsys.readouterr().out

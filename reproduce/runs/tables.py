@@ -42,7 +42,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from analysis.figures import plot_validation_curves
 from core.files import atomic_write_bytes, atomic_write_json
 from core.loaders import load_cells_json, load_checkpoint, load_tensor_file
-from core.provenance import command_line, git_commit, hardware_summary, uncommitted_note
+from core.provenance import command_line, git_commit, hardware_summary, only_results_changed
 from reproduce.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -677,8 +677,7 @@ def record_gits(record: dict) -> list[dict]:
 
 
 def _dirty_suffix(git: dict) -> str:
-    note = uncommitted_note(git)
-    return "" if not note else "+dirty (results/ only)" if "results/ only" in note else "+dirty"
+    return "" if not git.get("dirty") else "+dirty (results/ only)" if only_results_changed(git) else "+dirty"
 
 
 def cell_provenance(record: dict) -> dict:
