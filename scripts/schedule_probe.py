@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from core.files import atomic_write_json  # noqa: E402
+from core.provenance import command_line, git_commit, hardware  # noqa: E402
 
 
 def probe(run: Path, out_dir: Path, decay: float, epochs: int, patience: int, lr: float | None) -> dict:
@@ -81,6 +82,8 @@ def probe(run: Path, out_dir: Path, decay: float, epochs: int, patience: int, lr
                     "valid_ppl": r.get("valid_ppl")} for r in tr.state.history],
         "final": {k: final.get(k) for k in ("valid_ppl", "test_ppl")},
         "wall_s": time.time() - t0,
+        # where and with what it ran, as a run's record says it
+        "command": command_line(), "git": git_commit(), "hardware": hardware(device),
     }
     return result
 

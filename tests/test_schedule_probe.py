@@ -37,6 +37,7 @@ def test_probe_schedule_best_weights_and_untouched_run(compose_cfg, tiny_data, m
     assert [e["lr"] for e in res["epochs"]] == pytest.approx([lr * 0.5, lr * 0.25], rel=1e-12)
     best = min([res["start_valid_ppl"]] + [e["valid_ppl"] for e in res["epochs"]])
     assert res["final"]["valid_ppl"] == pytest.approx(best, rel=1e-9)
+    assert len(res["git"]["commit"]) == 40 and res["hardware"]["device"] == "cpu" and res["command"]
     # the reported weights evaluated by another path (scripts/eval_batches.py loads best.pt as a run of its own)
     (out_dir / "result.json").write_text((run / "result.json").read_text())
     tb = int(cfg.trainer.test_batch_size)
