@@ -151,3 +151,28 @@ def test_carried_state_is_resharded_for_another_world_size(compose_cfg, preset):
             task.restore_carried_state(written)
             expected = columns(full, rank, world)
             _map_state(lambda x, y: torch.testing.assert_close(x, y, rtol=0, atol=0), task.state, expected)
+
+
+def test_the_record_is_written_at_the_start_and_an_empty_one_does_not_linger(compose_cfg, tmp_path, monkeypatch):
+    """A run's record exists from its start (status "running", no epoch, its start listed), so `reproduce.status` shows
+    it during a long first epoch; a run stopped before any checkpoint leaves only that empty record, which the next
+    start replaces (nothing in it to keep: no ``result.<status>-<time>.json`` beside it)."""
+    from reproduce.engine.trainer import Trainer
+    from reproduce.errors import SimulatedInterrupt
+
+    over = ("experiment=inan2017/small", "scale=smoke", "trainer.max_epochs=1")
+    seen = {}
+
+    def stop_at_once(self):
+        seen.update(json.loads((self.run_dir / "result.json").read_text()))
+        raise SimulatedInterrupt("stopped before the first update")
+
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "fit", stop_at_once)
+        first = train(compose_cfg(*over))
+    assert seen["status"] == "running" and seen["history"] == [] and len(seen["starts"]) == 1
+    run = tmp_path / "out" / "runs" / first["config_hash"]
+    assert not (run / "checkpoint.pt").exists()
+    done = train(compose_cfg(*over, "trainer.resume=true"))
+    assert done["status"] == "complete" and len(done["history"]) >= 1 and len(done["starts"]) == 1
+    assert sorted(p.name for p in run.glob("result*.json")) == ["result.json"]

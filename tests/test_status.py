@@ -207,3 +207,20 @@ def test_a_paper_runs_target_is_the_paper_valid_ppl_of_the_rows_it_is_registered
     assert target("h1") is None  # two tables disagree: no line
     (tables / "t2" / "paper" / "registration.json").write_text("{truncated")
     assert target("h1") == 92.6  # an unreadable registration gives no line, not a crash
+
+
+def test_a_run_before_its_first_epoch_says_since_when_it_trains(tmp_path, capsys):
+    """A record with no epoch yet (what a start writes) is listed with the time since its latest start."""
+    import datetime as dt
+
+    from reproduce.runs.status import since_start
+
+    run = _write(tmp_path, "aaaa", "running", [])
+    rec = json.loads((run / "result.json").read_text())
+    at = dt.datetime(2026, 1, 2, 3, 4, 5)
+    rec["starts"] = [{"at": "2026-01-01T00:00:00"}, {"at": at.isoformat()}]
+    (run / "result.json").write_text(json.dumps(rec))
+    assert since_start(rec, now=at + dt.timedelta(seconds=90)) == 90.0  # the latest start counts
+    assert since_start({"starts": [{"at": "not a time"}]}) is None and since_start({}) is None
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    assert "no epoch finished yet (started " in capsys.readouterr().out

@@ -154,8 +154,11 @@ def _preflight(cfg: DictConfig, h: str, ledger: Ledger, resume: bool) -> dict | 
             f"Continue it with trainer.resume=true, or move that directory away to start over"
         )
     if previous is not None and not checkpoint.is_file():
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        (run_dir / "result.json").rename(run_dir / f"result.{previous.get('status', 'old')}-{stamp}.json")
+        if previous.get("history") or previous.get("metrics"):  # kept beside the new run, never overwritten
+            stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            (run_dir / "result.json").rename(run_dir / f"result.{previous.get('status', 'old')}-{stamp}.json")
+        else:  # the record a start writes before its first epoch (stopped before any checkpoint): nothing in it
+            (run_dir / "result.json").unlink()
         previous = None
     run_dir.mkdir(parents=True, exist_ok=True)
     return previous
@@ -245,6 +248,7 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     ranks = f", {dist.world_size()} ranks" if dist.is_distributed() else ""
     dist.print_main(f"repdegen: {record['label']} [{h}] -> {run_dir} ({n_params:,} parameters, device {device}{ranks})",
                     flush=True)
+    update(trainer.state)  # the record from the start, so `reproduce.status` lists the run before its first epoch ends
     try:
         stages = trainer.fit()
         not_finite = [k for k, v in stages.items() if not math.isfinite(v["valid_ppl"])]

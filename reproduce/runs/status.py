@@ -12,6 +12,7 @@ the other runs are listed on, and the exit status is then 2.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import statistics
@@ -147,6 +148,18 @@ def run_state(record: dict, holder: str | None) -> str:
     return status
 
 
+def since_start(record: dict, now: dt.datetime | None = None) -> float | None:
+    """Seconds since the run's latest (re)start (``starts[-1].at``, local time as the trainer wrote it); None when
+    the record has no such time (records from before the list began) or it does not parse."""
+    starts = record.get("starts")
+    at = starts[-1].get("at") if isinstance(starts, list) and starts and isinstance(starts[-1], dict) else None
+    try:
+        began = dt.datetime.fromisoformat(at) if isinstance(at, str) else None
+    except ValueError:
+        return None
+    return None if began is None else max(((now or dt.datetime.now()) - began).total_seconds(), 0.0)
+
+
 CORRUPT = "corrupt record"  # the state of a run whose result.json cannot be read (its row's error says why)
 
 
@@ -176,7 +189,7 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
             resume = f"python -m reproduce.runs.launch {run_dir / 'cell.yaml'}" if (run_dir / "cell.yaml").is_file() \
                 else f"python -m reproduce.train ... trainer.resume=true (the command in {run_dir / 'result.json'})"
         rows.append({"hash": run_dir.name, "label": record.get("label", "?"), "scale": record.get("scale", "?"),
-                     "state": state, "facts": facts, "resume": resume,
+                     "state": state, "facts": facts, "resume": resume, "running_s": since_start(record),
                      "error": record.get("error") if state == "failed" else None})
     rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
     return rows
@@ -188,7 +201,8 @@ def format_row(row: dict) -> str:
     f = row["facts"]
     head = f"{row['hash']}  {row['label']} ({row['scale']})  {row['state']}"
     if f is None:
-        body = "no epoch finished yet"
+        body = "no epoch finished yet" + (f" (started {_fmt_seconds(row['running_s'])} ago)"
+                                          if row.get("running_s") is not None else "")
     else:
         where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f", session {f['session']}/{f['sessions']}"
                                                             if f["sessions"] > 1 else "")
