@@ -131,3 +131,30 @@ def cache_write(path: Path, write) -> None:
     except BaseException as err:
         _discard_temp(tmp, err, path)
         raise
+
+
+def output_problem(path: str | Path, flag: str, folder: bool = False, overwrite: bool = True) -> str | None:
+    """Why ``path`` (given as ``flag``) cannot take a command's output, checked before the work so that nothing is
+    computed only to be lost at the end; None when it can. A file's path must not be a folder (nor, with
+    ``overwrite=False``, an existing file: a measured result is never overwritten), a folder's must not be a file, and
+    the nearest folder that exists on the way must be a folder one can create a file in. Nothing is created."""
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        return f"{flag} {p} is a file; expected a folder (existing or new): pass a folder's path"
+    if not folder and p.is_dir():
+        return f"{flag} {p} is a folder; expected the path of a file, e.g. {flag} {p / ('out' + (p.suffix or '.json'))}"
+    if not folder and not overwrite and p.exists():
+        return (f"{flag} {p} exists; expected a new path (a result already written there is not overwritten): pass "
+                f"another path, or move that file aside")
+    base = p if folder else p.parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return f"{flag} {p}: {base} is a file, not a folder; expected a path whose folders are folders: pass another path"
+    try:
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as err:
+        return (f"{flag} {p}: cannot create a file in {base} ({err.strerror}); expected a writable folder: make it "
+                f"writable, or pass a path in another folder")
+    return None

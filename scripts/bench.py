@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hydra import initialize_config_dir  # noqa: E402
 
 from core.errors import UserError  # noqa: E402
+from core.files import output_problem  # noqa: E402
 from core.provenance import git_commit, hardware  # noqa: E402
 from data.corpus import Corpus, Vocab  # noqa: E402
 from losses import build_objective  # noqa: E402
@@ -348,8 +349,9 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
                          f"{', '.join(known)} (optionally with overrides, e.g. {example})")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: no CUDA device is available here; use --device cpu (or auto)")
-    if args.out and Path(args.out).is_dir():
-        parser.error(f"--out {args.out} is a folder; expected the path of a JSON file, e.g. --out {args.out}/bench.json")
+    problem = output_problem(args.out, "--out", overwrite=False) if args.out else None
+    if problem:
+        parser.error(problem)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--bench-steps", type=int, default=40)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    from core.files import output_problem
+
+    problem = output_problem(args.out, "--out", overwrite=False) if args.out else None
+    if problem:
+        p.error(problem)
     import torch
 
     from core.provenance import git_commit, hardware

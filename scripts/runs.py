@@ -12,6 +12,7 @@ from pathlib import Path
 
 from analysis.figures import plot_validation_curves
 from core.errors import CorruptFile
+from core.files import output_problem
 from core.loaders import load_run_record
 
 
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", help="write the runs' validation PPL against epoch to this PNG")
     parser.add_argument("--title", default="validation perplexity by epoch", help="the plot's title")
     args = parser.parse_args(argv)
+    problem = output_problem(args.plot, "--plot") if args.plot else None
+    if problem:
+        parser.error(problem)
     records = load_runs(args.roots)
     header = ("hash", "label", "scale", "status", "epochs", "valid", "test", "I(W)", "mean cos", "wall")
     rows = table_rows(records)

@@ -26,7 +26,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.files import atomic_write_json  # noqa: E402
+from core.files import atomic_write_json, output_problem  # noqa: E402
 from core.provenance import command_line, git_commit, hardware  # noqa: E402
 
 
@@ -101,6 +101,10 @@ def main(argv=None) -> int:
     if not 0 < a.decay <= 1 or a.epochs < 1 or a.patience < 0:
         ap.error(f"--decay must be in (0, 1] (got {a.decay}), --epochs >= 1 (got {a.epochs}), --patience >= 0 "
                  f"(got {a.patience})")
+    problem = ((output_problem(a.out, "--out", overwrite=False) if a.out else None)
+               or (output_problem(a.out_dir, "--out-dir", folder=True) if a.out_dir else None))
+    if problem:
+        ap.error(problem)
     out_dir = a.out_dir or REPO / "outputs" / "probes" / f"{a.run.name}-decay{a.decay:g}"
     res = probe(a.run, out_dir, a.decay, a.epochs, a.patience, a.lr)
     print(f"repdegen: probe: valid {res['start_valid_ppl']:.2f} -> {res['final']['valid_ppl']:.2f}, test "

@@ -104,8 +104,13 @@ def test_a_flag_outside_its_domain_is_one_line_before_anything_runs(argv, words,
 
 def test_an_out_folder_or_a_missing_gpu_is_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    kept = tmp_path / "earlier.json"
+    kept.write_text('{"a measured result": 1}\n')
     for argv, words in ((["--out", str(tmp_path)], f"--out {tmp_path} is a folder"),
+                        (["--out", str(kept)], f"--out {kept} exists; expected a new path"),
+                        (["--out", str(kept / "b.json")], f"{kept} is a file, not a folder"),
                         (["--device", "cuda:0"], "--device cuda:0: no CUDA device is available here; use --device cpu")):
         with pytest.raises(SystemExit) as exit_:
             bench.main(argv)
         assert exit_.value.code == 2 and words in capsys.readouterr().err
+    assert kept.read_text() == '{"a measured result": 1}\n'  # an earlier result is never overwritten

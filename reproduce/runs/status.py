@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from core.errors import CorruptFile
+from core.files import output_problem
 from reproduce.errors import EXIT_USER_ERROR
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger, read_record
 
@@ -306,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables-dir", default="results/tables",
                         help="where the tables' registrations are, for --plot's paper lines (default: results/tables)")
     args = parser.parse_args(argv)
+    problem = output_problem(args.plot, "--plot") if args.plot else None
+    if problem:
+        parser.error(problem)
     if not Path(args.runs_dir).is_dir():
         print(f"repdegen: no run ledger at {args.runs_dir!r} (no run has been trained there yet); pass the folder "
               f"with --runs-dir (the `paths.runs_dir` the runs used)", file=sys.stderr)

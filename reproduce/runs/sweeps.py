@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.files import output_problem
 from reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
 from reproduce.settings.config import HASH_EXCLUDED
 
@@ -684,7 +685,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--replicate", type=_comma_list, default=list(DEFAULT_REPLICATES),
                    help="comma-separated keys that are replicates, not swept values (default: seed)")
     p.add_argument("--runs-dir", help="the ledger folder to read runs from, when it moved since the sweep")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    problem = output_problem(args.out, "--out", folder=True) if args.out else None
+    if problem:
+        p.error(problem)
+    return args
 
 
 @exit_on_user_error
