@@ -156,7 +156,7 @@ def condense_hydra_error(ex: BaseException) -> str:
             parts.append(f"the options of {m.group(1)} are")
             continue
         if options is not None and raw.startswith(("\t", "  ")):
-            if not line.startswith("schema_"):
+            if not line.startswith(("schema_", "base_")):  # the schemas the options are checked against
                 options.append(line)
             continue
         if options is not None:

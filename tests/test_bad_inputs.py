@@ -113,6 +113,9 @@ def test_condensed_hydra_messages_say_what_to_do():
                                     "\tawd_lstm\n\tschema_lstm_lm\n\tvd_lstm_small\nConfig search path:\n"
                                     "\tprovider=hydra, path=pkg://hydra.conf\n"))
     assert "\n" not in msg and "awd_lstm, vd_lstm_small" in msg and "schema_" not in msg and "pick one" in msg
+    msg = condense_hydra_error(Fake("In 'table_app': Could not find 'scale/papr'\n\nAvailable options in 'scale':\n"
+                                    "\tbase_scale\n\tlite\n\tpaper\n\tsmoke\n"))
+    assert "the options of scale are lite, paper, smoke" in msg and "base_scale" not in msg
 
 
 # ---- corrupt ledger entries -----------------------------------------------------------------------------
