@@ -28,8 +28,8 @@ case "${1:-}" in
       --epochs 6 --patience 1 --out-dir "$probe"
     row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
     row inan2016_t1 "200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3)"
-    # also inan2016_t2's "200 hidden units Proposed-KL" (the same cell)
-    row inan2016_t1 "200 hidden units, both proposed modifications (keep 0.7, alpha 0.3)"
+    # 2026-11-27 21:10: inan2016_t1's "both proposed modifications" moved to lane B's end (left here: ~28 h of cells
+    # against B's ~16 h; now ~19 h and ~25 h)
     ;;
   B)
     # done: inan2017_t1 "Small (200 units) / VD-LSTM" (2026-11-27). inan2016_t2 "200 hidden units [5]" ran first
@@ -41,6 +41,8 @@ case "${1:-}" in
     row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
     row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
     row inan2016_t2 "200 hidden units Proposed-CE (keep 0.7, alpha 0.3)"
+    # also inan2016_t2's "200 hidden units Proposed-KL (keep 0.7, alpha 0.3)" (the same cell)
+    row inan2016_t1 "200 hidden units, both proposed modifications (keep 0.7, alpha 0.3)"
     ;;
   *)
     echo "usage: bash scripts/paper_lanes.sh A|B (two lanes of one-thread paper cells; see the comments)" >&2
