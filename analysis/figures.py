@@ -81,13 +81,18 @@ def with_seed_counts(names: Sequence[str], counts: Sequence[int]) -> list[str]:
     return [f"{name} ({n} seed{'s' if n != 1 else ''})" for name, n in zip(names, counts)]
 
 
+LEGEND_ROW_INCHES = 0.19  # one line of an 8-point legend
+
+
 def figure_legend(fig: Figure, handles: list, labels: list[str], title: str | None = None) -> None:
     """One legend for the whole figure, below its panels (the figure uses the constrained layout), in as many
-    columns as fit its width."""
+    columns as fit its width; the figure grows by the legend's height, so many entries do not squeeze the panels."""
     if not handles:
         return
     longest = max(len(t) for t in labels)
     ncol = max(1, min(len(labels), int(fig.get_figwidth() / (0.06 * longest + 0.5))))
+    rows = -(-len(labels) // ncol) + (1 if title else 0)
+    fig.set_figheight(fig.get_figheight() + LEGEND_ROW_INCHES * rows)
     fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=8, title=title, title_fontsize=8,
                frameon=False)
 
@@ -151,7 +156,7 @@ def figure_validation_curves(series: list[tuple[str, str | None, list[dict]]], t
         ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
-        ax.set_ylabel("perplexity: validation (faint: training)" if show_train else "validation perplexity")
+        ax.set_ylabel("validation PPL (faint: training)" if show_train else "validation perplexity")
         if group:
             ax.set_title(group, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)

@@ -285,3 +285,21 @@ def test_render_embedding_figures_falls_back_to_a_seed_whose_weights_are_here(tm
     (tmp_path / "runs" / "A1" / "best.pt").unlink()
     written = render_embedding_figures(records, tmp_path / "runs", tmp_path / "out", "t")
     assert "MLE (seed 2)" in written["svd_projection.png"]
+
+
+def test_a_long_legend_grows_the_figure_not_squeezes_the_panel(tmp_path):
+    """Twelve runs in one panel (``reproduce.status --plot`` of a ledger): the legend's rows are added to the
+    figure's height, so the panel keeps (within a line's rounding) the height it has with one run."""
+    def history(start):
+        return [{"stage": "train", "epoch": e, "valid_ppl": start / e, "train_ppl": start / e / 2} for e in (1, 2, 3)]
+
+    def panel_inches(n):
+        fig = figure_validation_curves([(f"run number {i} [abcdef12]", None, history(300 + i)) for i in range(n)],
+                                       "t", show_train=True)
+        fig.savefig(tmp_path / f"{n}.png")  # the constrained layout is done at drawing
+        height = fig.axes[0].get_position().height * fig.get_figheight()
+        plt.close(fig)
+        return height
+
+    one, twelve = panel_inches(1), panel_inches(12)
+    assert twelve == pytest.approx(one, abs=0.25) and twelve > 2.5
