@@ -2,7 +2,7 @@
 ones too), with its epoch, best validation PPL, how many epochs since that best (against early stopping's
 patience), the time an epoch takes and the time left at most, and how to continue a run that stopped.
 
-It reads ``<runs_dir>/<hash>/result.json`` (rewritten after every epoch) and asks each run's lock
+It reads ``<runs_dir>/<hash>/result.json`` (written at its start and rewritten after every epoch) and asks each run's lock
 (:meth:`reproduce.runs.ledger.Ledger.holder`) whether a live process trains it; it writes nothing, so it is safe
 beside running cells (``python -m reproduce.status``). A record that cannot be read, or whose fields are not of their
 types (:func:`check_progress`), is listed as one line naming the file, the field and its value, and how to recover it;
