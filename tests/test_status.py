@@ -224,3 +224,17 @@ def test_a_run_before_its_first_epoch_says_since_when_it_trains(tmp_path, capsys
     assert since_start({"starts": [{"at": "not a time"}]}) is None and since_start({}) is None
     assert main(["--runs-dir", str(tmp_path)]) == 0
     assert "no epoch finished yet (started " in capsys.readouterr().out
+
+
+def test_the_listing_shows_a_paper_runs_target_beside_its_valid_ppl(tmp_path, capsys):
+    """The committed inan2017_t1 paper registration names d38a88348281a57e for the small VD-LSTM row, whose paper
+    validation PPL (conf/table/inan2017_t1.yaml) is 92.6; a lite run of the same hash gets no such number."""
+    from pathlib import Path
+
+    tables = Path(__file__).resolve().parents[1] / "results" / "tables"
+    _write(tmp_path, "d38a88348281a57e", "running", [_epoch(1, 208.8)])
+    _write(tmp_path, "ffff", "running", [_epoch(1, 300.0)], scale="lite")
+    assert main(["--runs-dir", str(tmp_path), "--tables-dir", str(tables)]) == 0
+    out = capsys.readouterr().out
+    assert "valid PPL 208.80 (the paper's final: 92.60), best" in out
+    assert "valid PPL 300.00, best" in out

@@ -164,8 +164,10 @@ def since_start(record: dict, now: dt.datetime | None = None) -> float | None:
 CORRUPT = "corrupt record"  # the state of a run whose result.json cannot be read (its row's error says why)
 
 
-def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bool = False) -> list[dict]:
-    """One dict per run of the ledger (sorted: training first, then by label), its facts and its state."""
+def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bool = False,
+            tables_dir: str | Path = "results/tables") -> list[dict]:
+    """One dict per run of the ledger (sorted: training first, then by label), its facts, its state and, for a
+    paper-scale run a table registered, the paper's validation PPL of its row (:func:`paper_valid_targets`)."""
     ledger = Ledger(runs_dir)
     rows = []
     root = Path(runs_dir)
@@ -191,6 +193,7 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
                 else f"python -m reproduce.train ... trainer.resume=true (the command in {run_dir / 'result.json'})"
         rows.append({"hash": run_dir.name, "label": record.get("label", "?"), "scale": record.get("scale", "?"),
                      "state": state, "facts": facts, "resume": resume, "running_s": since_start(record),
+                     "paper_valid_ppl": paper_valid_targets(record, tables_dir),
                      "error": record.get("error") if state == "failed" else None})
     rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
     return rows
@@ -208,6 +211,8 @@ def format_row(row: dict) -> str:
         where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f", session {f['session']}/{f['sessions']}"
                                                             if f["sessions"] > 1 else "")
         valid = f", valid PPL {f['valid_ppl']:.2f}" if f["valid_ppl"] is not None else ""
+        if row.get("paper_valid_ppl") is not None:
+            valid += f" (the paper's final: {row['paper_valid_ppl']:.2f})"
         best = ""
         if f["best_valid_ppl"] is not None:
             patience = f"; early stopping after {f['patience']}" if f["patience"] is not None else ""
@@ -305,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      "validation PPL (that of the table row it is registered for) as "
                                                      "a dotted line across")
     parser.add_argument("--tables-dir", default="results/tables",
-                        help="where the tables' registrations are, for --plot's paper lines (default: results/tables)")
+                        help="where the tables' registrations are, for the paper's validation PPL of a paper-scale "
+                             "run's row (in the listing, and as --plot's lines; default: results/tables)")
     args = parser.parse_args(argv)
     problem = output_problem(args.plot, "--plot") if args.plot else None
     if problem:
@@ -314,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"repdegen: no run ledger at {args.runs_dir!r} (no run has been trained there yet); pass the folder "
               f"with --runs-dir (the `paths.runs_dir` the runs used)", file=sys.stderr)
         return 2
-    rows = collect(args.runs_dir, args.scale, args.all)
+    rows = collect(args.runs_dir, args.scale, args.all, args.tables_dir)
     if args.plot:
         plot_runs(args.runs_dir, rows, args.plot, args.tables_dir)
     corrupt = sum(r["state"] == CORRUPT for r in rows)
