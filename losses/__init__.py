@@ -102,6 +102,11 @@ class Objective(nn.Module):
     def after_update(self, model, step: int) -> None:
         """Called by the trainer after optimizer update ``step`` (the freezing experiments restore rows)."""
 
+    def epoch_metrics(self, model) -> dict:
+        """Diagnostics of the objective itself, recorded in every epoch's record beside the embedding geometry (AL's
+        target entropy); none here. Called under ``no_grad`` with the weights validation reads."""
+        return {}
+
     @staticmethod
     def supports_chunk_rows(cfg) -> bool:
         """Whether ``objective.chunk_rows`` applies to this objective with this config (a chunked kernel computes its

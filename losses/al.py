@@ -84,6 +84,34 @@ def augmented_loss(
     return cross_entropy + neg_entropy
 
 
+@torch.no_grad()
+def target_entropy(L: torch.Tensor, tau: float, weights: torch.Tensor | None = None, samples: int = 2048,
+                   chunk_rows: int = 1024) -> float:
+    """The mean over words w of H(softmax(L u_w / tau)) with u_w = L[w], weighted by ``weights`` (V,) summing to 1
+    (uniform when None). Exact for V <= ``samples``; above, the mean over ``samples`` words taken systematically from
+    the weights' cumulative distribution (the word at each of the points (i + 1/2) / samples; no random draw, so the
+    same weights give the same words), which keeps a per-epoch diagnostic at ~2k x V similarities. ``chunk_rows`` rows
+    of similarities at a time, in float32 (float64 for a float64 L)."""
+    V = L.shape[0]
+    w = (torch.full((V,), 1.0 / V, dtype=torch.float64) if weights is None else weights.to(torch.float64)).cpu()
+    if V <= samples:
+        rows, row_w = torch.arange(V), w
+    else:
+        points = (torch.arange(samples, dtype=torch.float64) + 0.5) / samples
+        picked = torch.searchsorted(torch.cumsum(w, 0) / w.sum(), points).clamp(max=V - 1)
+        rows, mult = torch.unique(picked, return_counts=True)
+        row_w = mult.to(torch.float64) / samples
+    acc = torch.float64 if L.dtype == torch.float64 else torch.float32
+    Lf = L.to(acc)
+    total = 0.0
+    for start in range(0, rows.numel(), chunk_rows):
+        idx = rows[start:start + chunk_rows].to(L.device)
+        lp = torch.log_softmax(Lf[idx] @ Lf.t() / tau, dim=-1)
+        h = -(lp.exp() * lp).sum(-1)
+        total += float((h.double().cpu() * row_w[start:start + chunk_rows]).sum())
+    return total
+
+
 class _AugMean(torch.autograd.Function):
     """:func:`augmented_loss_mean`; ``L`` is the input embedding (V, d), ``targets`` (N,)."""
 
@@ -296,6 +324,16 @@ class AugmentedLoss(Objective):
         else:
             total = loss + cfg.alpha * aug
         return ObjectiveOutput(token_loss=total, nll=nll, logs={"aug_loss": aug.detach()})
+
+    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
+        # a plain attribute, not a buffer: not part of the objective's state or its checkpoints
+        self.target_weights = train_counts.double() / train_counts.sum().clamp(min=1)
+
+    def epoch_metrics(self, model) -> dict:
+        """``al_target_entropy``: the entropy (nats) of y~ = softmax(L u_w / tau), averaged over the words w as the
+        training targets weigh them; log V means y~ says nothing of word similarity (results/NOTES.md, Inan 2017)."""
+        return {"al_target_entropy": target_entropy(model.input_embedding.detach(), self.cfg.temperature,
+                                                    getattr(self, "target_weights", None))}
 
     @torch.no_grad()
     def after_update(self, model, step: int) -> None:

@@ -372,3 +372,38 @@ def test_chunked_augmented_loss_under_bf16_autocast_is_close_to_float32():
     for gl, gr in zip(low, ref):
         assert gl.dtype == gr.dtype == torch.float32
         assert torch.allclose(gl, gr, atol=3e-2 * gr.abs().max().item())
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_target_entropy_by_brute_force(chunk, weighted):
+    """AL's per-epoch diagnostic against a loop over the words in float64: H(softmax(L u_w / tau)) weighted."""
+    from losses.al import target_entropy
+
+    g = torch.Generator().manual_seed(3)
+    L = torch.randn(7, 4, generator=g, dtype=torch.float64) * 2
+    counts = torch.tensor([50.0, 20, 10, 5, 3, 1, 0], dtype=torch.float64)
+    w = counts / counts.sum() if weighted else torch.full((7,), 1 / 7, dtype=torch.float64)
+    expected = 0.0
+    for i in range(7):
+        p = torch.softmax(torch.tensor([float(L[i] @ L[j]) / 3.0 for j in range(7)], dtype=torch.float64), 0)
+        expected += float(w[i]) * -sum(float(q) * math.log(float(q)) for q in p)
+    got = target_entropy(L, 3.0, w if weighted else None, chunk_rows=chunk)
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert target_entropy(torch.zeros(7, 4), 20.0) == pytest.approx(math.log(7), rel=1e-6)  # y~ uniform
+
+
+def test_target_entropy_above_its_sample_size_is_close_to_the_exact_mean():
+    """Above ``samples`` words the mean is over words drawn systematically from the weights: close to the exact
+    weighted mean (computed with a sample size above V), and the same on every call."""
+    from losses.al import target_entropy
+
+    g = torch.Generator().manual_seed(4)
+    V = 6000
+    L = torch.randn(V, 16, generator=g) * torch.linspace(0.5, 3.0, V).unsqueeze(1)  # entropies differ by word
+    counts = 1.0 / torch.arange(1, V + 1, dtype=torch.float64)  # Zipf
+    w = counts / counts.sum()
+    exact = target_entropy(L, 2.0, w, samples=V)
+    sampled = target_entropy(L, 2.0, w)  # the default 2,048 words
+    assert sampled == pytest.approx(exact, rel=0.01) and sampled != exact
+    assert target_entropy(L, 2.0, w) == sampled

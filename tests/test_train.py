@@ -48,6 +48,9 @@ def test_smoke_run_writes_a_complete_record(compose_cfg, tmp_path):
     assert final["test_ppl"] == pytest.approx(math.exp(final["test_nll"]))
     assert 0 < final["isotropy"] <= 1 and len(final["singular_values"]) == on_disk["config"]["model"]["hidden_size"]
     assert on_disk["parameters"]["tie_weights"] is True and on_disk["config"]["model"]["hidden_size"] == 20  # 200 x 0.1
+    # REAL's per-epoch diagnostic: the entropy of its target distribution, between 0 and log V
+    vocab = torch.load(run_dir / "vocab_counts.pt").numel()
+    assert all(0 < h["al_target_entropy"] <= math.log(vocab) + 1e-9 for h in on_disk["history"])
     # the test PPL is that of the best validation epoch's weights
     best = min(on_disk["history"], key=lambda h: h["valid_nll"])
     assert final["valid_nll"] == pytest.approx(best["valid_nll"], rel=1e-6)

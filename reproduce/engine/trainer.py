@@ -303,6 +303,8 @@ class Trainer:
                 metrics.update(test_nll=test["nll"], test_ppl=test["ppl"])
             metrics.update(embedding_metrics(self.model.output_embedding, spectrum=self.t.spectrum))
             metrics.update(self.task.group_geometry(self.model))
+            with torch.no_grad():
+                metrics.update(self.objective.epoch_metrics(self.model))
         return metrics
 
     # ---------------------------------------------------------------------------------------------
