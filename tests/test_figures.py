@@ -303,3 +303,26 @@ def test_a_long_legend_grows_the_figure_not_squeezes_the_panel(tmp_path):
 
     one, twelve = panel_inches(1), panel_inches(12)
     assert twelve == pytest.approx(one, abs=0.25) and twelve > 2.5
+
+
+def test_an_al_rows_target_entropy_gets_its_own_panel(tmp_path, monkeypatch):
+    """Rows that record AL's per-epoch target entropy add a panel (registry label) to geometry_over_training.png."""
+    from reproduce.runs.tables import render_embedding_figures
+
+    records = [_record(tmp_path, f"h{label}", label, None, 1) for label in ("RE", "REAL")]
+    for h in records[1]["history"]:
+        h["al_target_entropy"] = 9.2
+    calls = {}
+    real = ef.plot_metric_over_training
+
+    def spy(*args, **kw):
+        calls["args"], calls["kw"] = args, kw
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ef, "plot_metric_over_training", spy)
+    out = tmp_path / "out"
+    out.mkdir()
+    written = render_embedding_figures(records, tmp_path / "runs", out, "t")
+    assert calls["args"][1] == ["isotropy", "cos_rare_frequent", "al_target_entropy"]
+    assert calls["kw"]["labels"]["al_target_entropy"] == "H(y~) of AL's target (nats)"
+    assert "H(y~) of AL's target (nats)" in written["geometry_over_training.png"]

@@ -134,6 +134,8 @@ _ALL = [
     # language models (reproduce/engine/tasks.py)
     _m("uniq", "Uniq", "higher", "lm", True),
     _m("cos_rare_frequent", "cos(rare, freq)", "lower", "lm", True),
+    # AL / REAL runs, every epoch (losses/al.py AugmentedLoss.epoch_metrics)
+    _m("al_target_entropy", "H(y~) of AL's target (nats)"),
     *(_m(n, task="lm", recorded=True) for n in (
         "uniq_target", "uniq_rare_over_human", "nn_rare_frac", "p_unk_nontarget", "p_articles_nontarget",
         # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)

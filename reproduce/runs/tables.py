@@ -380,7 +380,7 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
     * ``singular_values.png``: normalised singular values of each row's final output embedding (Gao Fig. 2(b),
       Yu Fig. 3(c));
     * ``geometry_over_training.png``: I(W), I(W) of the rare and frequent groups and the rare-frequent mean cosine
-      at every evaluation (Yu Fig. 2), one panel each in a grid;
+      at every evaluation (Yu Fig. 2), and AL's target entropy where rows record it, one panel each in a grid;
     * the traces of an objective, e.g. ``rare_group_size.png``: AGG's rare group size over the first updates (Yu
       Fig. 4);
     * ``svd_projection.png``: each row's output embedding (its lowest seed whose weights are here) projected on its
@@ -415,7 +415,7 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
                              colors=colors)
         written["singular_values.png"] = ("Normalised singular values of each row's output embedding (Gao Fig. 2b, Yu "
                                           f"Fig. 3c){over}")
-    keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent")
+    keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent", "al_target_entropy")
             if any(k in h for r in records for h in r.get("history", []))]
     if keys:
         histories = {name[key]: Seeds([dict(h, step=h.get("updates", i + 1)) for i, h in enumerate(r.get("history", []))]
