@@ -49,8 +49,8 @@ TABLE_FIGURES = {
     "curves": "Validation PPL per epoch of each row: mean over seeds (line), min–max (band)",
     "singular_values": "Normalised singular values of each row's output embedding, mean over seeds with min–max band "
                        "(Gao Fig. 2b, Yu Fig. 3c)",
-    "geometry_over_training": "I(W), I(W) rare/frequent and cos(rare, freq) at every evaluation, mean over seeds with "
-                              "min–max band (Yu Fig. 2)",
+    "geometry_over_training": "I(W), I(W) rare/frequent and cos(rare, freq) (and AL's target entropy, where a row "
+                              "records it) at every evaluation, mean over seeds with min–max band (Yu Fig. 2)",
     "rare_group_size": "AGG's rare group size over the first updates, mean over seeds with min–max band (Yu Fig. 4)",
     "svd_projection": "Output embedding of each row (one seed) on its top-2 singular directions, side by side on the "
                       "same axes, by frequency group (Gao Figs 1, 2a; Yu Figs 1, 3)",
