@@ -317,8 +317,9 @@ class Trainer:
         if self.is_main and self.logger is not None:
             self.logger.log({k: v for k, v in record.items() if not isinstance(v, list)}, step=len(self.state.history))
         brief = " | ".join(f"{k} {record[k]:.2f}" for k in ("train_ppl", "valid_ppl") if k in record)
+        target = f" | H(y~) {record['al_target_entropy']:.3f}" if "al_target_entropy" in record else ""
         self.print(f"[{record['stage']} epoch {record['epoch']:3d}] {brief} | I(W) {record['isotropy']:.3g} "
-                   f"| mean cos {record['mean_cos']:.3f} | lr {record['lr']:g} | {record['epoch_seconds']:.0f}s")
+                   f"| mean cos {record['mean_cos']:.3f}{target} | lr {record['lr']:g} | {record['epoch_seconds']:.0f}s")
         done = len(self.state.history)
         if self.t.stop_after_epochs is not None and done >= self.t.stop_after_epochs:
             raise SimulatedInterrupt(f"stopped after {done} epochs (trainer.stop_after_epochs)")
