@@ -284,7 +284,7 @@ def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path, tables_d
         record = ledger.load(row["hash"]) or {}
         name = f"{row['label']} [{row['hash'][:8]}]"
         series.append((name, None, record.get("history") or []))
-        target = paper_valid_targets(record, tables_dir)
+        target = row["paper_valid_ppl"] if "paper_valid_ppl" in row else paper_valid_targets(record, tables_dir)
         if target is not None:
             targets[(None, name)] = target
     out = plot_validation_curves(series, Path(path), f"{runs_dir}: learning curves so far", show_train=True,
