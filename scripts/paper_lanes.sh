@@ -19,26 +19,17 @@ row() {  # row <table> <"group / label" or label>
 }
 case "${1:-}" in
   A)
-    # done: inan2017_t1 "Small (200 units) / VD-LSTM+RE" (2026-11-27). The rows without the augmented loss run first
-    # (2026-11-27: an AL epoch costs ~2.3x an MLE one, and a faster AL may restart the AL cells; their checkpoints stay)
-    row inan2016_t1 "200 hidden units (keep 0.5)"
-    # a diagnostic, not a cell (2026-11-27): the baseline's best weights under a halving Adam lr (results/NOTES.md)
-    probe=outputs/probes/6e9129559f5f0212-decay0.5
-    [ -f "$probe/probe.json" ] || "$PYTHON" scripts/schedule_probe.py outputs/runs/6e9129559f5f0212 --decay 0.5 \
-      --epochs 6 --patience 1 --out-dir "$probe"
+    # done: inan2017_t1 "Small (200 units) / VD-LSTM+RE" (2026-11-27); inan2016_t1 "200 hidden units (keep 0.5)"
+    # (2026-11-27; committed in results/tables/inan2016_t1/paper/). 2026-11-27 23:50: the work tree (ledger and
+    # checkpoints) was lost between sessions, the AL cell at epoch 24 with it; the done rows are not run again.
     row inan2017_t1 "Small (200 units) / VD-LSTM+AL"
     row inan2016_t1 "200 hidden units, only augmented KL loss (keep 0.7, alpha 0.3)"
-    # 2026-11-27 21:10: inan2016_t1's "both proposed modifications" moved to lane B's end (left here: ~28 h of cells
-    # against B's ~16 h; now ~19 h and ~25 h)
     ;;
   B)
-    # done: inan2017_t1 "Small (200 units) / VD-LSTM" (2026-11-27). inan2016_t2 "200 hidden units [5]" ran first
-    # (2026-11-26, AMD EPYC; committed in results/tables/inan2016_t2/paper/); its ledger record was lost with a work
-    # tree, so it runs again here, and until then inan2016_t2's paper rendering is left as it is
-    # (reproduce.runs.tables.render_latest). 2026-11-27 12:05: moved ahead of the L^T row (stopped at epoch 4, update 5;
-    # it resumes from its checkpoint), so the issue's anchor row (13 epochs, ~1.5 h) completes within one session
-    row inan2016_t2 "200 hidden units [5] (SGD, no dropout)"
-    row inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)"
+    # done: inan2017_t1 "Small (200 units) / VD-LSTM" (2026-11-27); inan2016_t2 "200 hidden units [5] (SGD, no
+    # dropout)" (2026-11-26); inan2016_t1 "200 hidden units, only L^T in output projection (keep 0.7)" (2026-11-27);
+    # all committed in results/tables/<table>/paper/. 2026-11-27 23:50: the work tree was lost between sessions, the
+    # REAL cell at epoch 45 with it; the done rows are not run again.
     row inan2017_t1 "Small (200 units) / VD-LSTM+REAL"
     row inan2016_t2 "200 hidden units Proposed-CE (keep 0.7, alpha 0.3)"
     # also inan2016_t2's "200 hidden units Proposed-KL (keep 0.7, alpha 0.3)" (the same cell)
