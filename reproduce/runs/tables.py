@@ -55,6 +55,14 @@ from reproduce.errors import (
 )
 from reproduce.results.claims import Claim, validate_claims
 from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
+from reproduce.runs.archive import (
+    ARCHIVE_DIR,
+    ARCHIVED_SCALES,
+    archive_records,
+    archived_records,
+    restore_records,
+    restored_from,
+)
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
 from reproduce.runs.trained import ANALYSIS_METRICS, analysis_values, run_analyses
@@ -138,6 +146,10 @@ class TableAppConfig:
     rows: list[str] | None = None
     # render from the ledger without running anything
     render_only: bool = False
+    # first copy into the ledger the paper-scale run records committed with the tables (results/tables/<t>/paper/
+    # records/) of cells the ledger lacks (a work tree, ledger included, lost between sessions): they count as
+    # complete and are not trained again (reproduce/runs/archive.py). Off: a fresh clone trains every cell
+    restore: bool = False
     # pre-register the table's claims and cells at this scale (results/tables/<t>/<scale>/registration.json) and
     # stop: commit that file before the cells run (reproduce/runs/registration.py); a run registers them too
     register_only: bool = False
@@ -639,6 +651,11 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
         cells_record["command"] = training_command(out / "cells.json") or default
         cells_record["rendered_by"] = this_command
     atomic_write_json(out / "cells.json", cells_record)
+    if scale in ARCHIVED_SCALES:  # the records this rendering was made from, committed with it (reproduce/runs/archive.py)
+        archived = archive_records(out, records, Path(app.paths.runs_dir))
+        if archived:
+            print(f"repdegen: kept {len(archived)} run record file(s) of complete cells under {out / ARCHIVE_DIR}/ "
+                  f"(commit them with the table: restore=true brings them back into a lost ledger)")
     atomic_write_json(out / "claims.json", {"table": t.name, "title": t.title, "scale": scale,
                                             "seeds": meta["seeds"], "claims": [verdict_record(v) for v in verdicts]})
     print(markdown)
@@ -735,21 +752,28 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
         ours = {r["config_hash"] for r in records}
         # the cells of the table as it is now (a cell whose config changed since is another cell: not counted)
         there = complete_hashes(out / "cells.json") & {c.config_hash for c in cells}
+        lacking = there - ours
+        kept = lacking & set(archived_records(Path(app.paths.tables_dir)))
+        restore = (f"python -m reproduce.table table={app.table.name} scale={app.scale.name} render_only=true "
+                   f"restore=true")
         if there > ours:
             print(f"repdegen: {out} already holds a more complete rendering ({len(there)}/{len(cells)} cells complete, "
-                  f"this one {len(ours)}/{len(cells)}); left it as it is")
+                  f"this one {len(ours)}/{len(cells)}); left it as it is" + (
+                      f". The ledger lacks {len(kept)} of its cells whose run records are committed with the tables: "
+                      f"to bring them back, {restore}" if kept else ""))
             return None
-        lacking = there - ours
         if lacking:  # this one adds cells but would drop results the rendering holds: keep it, say how to merge
             names = [f"{c.label}" + (f" seed {c.seed}" if c.seed is not None else "") + f" [{c.config_hash}]"
                      for c in cells if c.config_hash in lacking]
             where = f" {ledger.root}" if ledger else ""
+            how = (f"bring back the {len(kept)} committed with the tables ({restore})"
+                   + ("; for the rest, " if lacking - kept else "") if kept else "")
             print(f"repdegen: {out} holds {len(lacking)} complete cell(s) that the ledger{where} lacks "
                   f"({'; '.join(names) or ', '.join(sorted(lacking))}), so it was left as it is (rendering now "
                   f"would drop their results). The cells of this run are safe in the ledger; to render them with the "
-                  f"others, run the lacking cells again (python -m reproduce.table table={app.table.name} "
+                  f"others, {how}" + (f"run the lacking cells again (python -m reproduce.table table={app.table.name} "
                   f"scale={app.scale.name} rows=[...]) or copy their run records back into the ledger, then render "
-                  f"again (render_only=true)")
+                  f"again (render_only=true)" if lacking - kept else ""))
             return None
         return render(app, rows, records, ledger), rows
     finally:
@@ -797,6 +821,11 @@ def run_tables(apps: list[DictConfig]) -> int:
     # a run repairs the ledger (a corrupt record is moved aside and its cell runs again); render_only
     # changes nothing: a corrupt record is an error before anything is written
     ledger = Ledger(first.paths.runs_dir, repair=not first.render_only)
+    if first.restore:
+        every = {c.config_hash: c for _, cells in expanded for c in cells}
+        restored = restore_records(Path(first.paths.tables_dir), ledger.root, list(every.values()))
+        print(f"repdegen: restore=true: {len(restored)} run record(s) restored into {ledger.root} from "
+              f"{first.paths.tables_dir}/*/*/{ARCHIVE_DIR}/")
     if first.render_only:
         run_status: dict[str, str] = {}
         for h in unique:
@@ -835,6 +864,12 @@ def analyse_cells(app: DictConfig, cells: list[Cell], ledger: Ledger) -> None:
         return
     start = time.time()
     for k, c in enumerate(todo, 1):
+        run = ledger.run_dir(c.config_hash)
+        if restored_from(run) and analysis_values(run, analyses)[1] is None:
+            print(f"repdegen: {app.table.name}: {c.label} [{c.config_hash}] was restored from {restored_from(run)} "
+                  f"without its analyses, and its weights are not on this machine: its analysis columns stay empty "
+                  f"(train the cell again to compute them)", flush=True)
+            continue
         if run_analyses(ledger.run_dir(c.config_hash), analyses, device=_analysis_device(c.cfg)):
             eta = (time.time() - start) / k * (len(todo) - k)
             print(f"repdegen: {app.table.name}: analyses of {c.label} [{c.config_hash}] written ({k}/{len(todo)}, "
