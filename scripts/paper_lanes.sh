@@ -15,7 +15,7 @@ export REPDEGEN_DATA_DIR="${REPDEGEN_DATA_DIR:-$(cd .. && pwd)/shared/data}" OMP
 PYTHON="${PYTHON:-python}"
 row() {  # row <table> <"group / label" or label>
   echo "== $(date -u +%FT%TZ) $1: $2"
-  "$PYTHON" -m reproduce.table "table=$1" scale=paper "rows=[\"$2\"]" progress=false
+  "$PYTHON" -m reproduce.table "table=$1" scale=paper "rows=[\"$2\"]" progress=false restore=true
 }
 case "${1:-}" in
   A)

@@ -109,6 +109,29 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
         assert table_mod.run_table(app) == 0  # complete: nothing is trained again
         assert "2 cells, 2 already complete, 0 to run" in capsys.readouterr().out
 
+        # a ledger lost before renderings kept records (2026-11-27): rebuilt from the committed rendering
+        claims = (out / "claims.csv").read_text()
+        pngs = sorted(p.name for p in out.glob("*.png"))
+        params = {h: json.loads((runs / h / "result.json").read_text())["parameters"]["total"] for h in hashes}
+        shutil.rmtree(runs)
+        shutil.rmtree(out / "records")
+        from reproduce.runs.archive import recover_records
+
+        said = []
+        written = recover_records(app, table_mod.expand_cells(app), log=said.append)
+        assert sorted(p.parent.name for p in written) == hashes and sum("record recovered" in x for x in said) == 2
+        kept = json.loads(written[0].read_text())
+        assert kept["history"] == [] and kept["recovered"]["epochs"] and "test_ppl" in kept["metrics"]["final"]
+        assert kept["parameters"]["total"] == params[kept["config_hash"]]  # the model the config builds, counted again
+        moved = out / "records" / Path(kept["recovered"]["figures"]).name
+        assert sorted(p.name for p in moved.glob("*.png")) == pngs and not list(out.glob("*.png"))
+        assert recover_records(app, table_mod.expand_cells(app), log=said.append) == []  # once
+        app.render_only, app.restore = True, True
+        assert table_mod.run_table(app) == 0
+        assert (out / "table.csv").read_text() == table and (out / "claims.csv").read_text() == claims
+        md = (out / "table.md").read_text()
+        assert md.count("` (recovered) |") == 2 and "rebuilt from the committed rendering" in md and moved.name in md
+
 
 def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded(tmp_path, capsys):
     from omegaconf import OmegaConf
@@ -130,3 +153,16 @@ def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded
     from reproduce.runs.trained import analysis_values
 
     assert analysis_values(runs / "bbbb", app.table.analyses)[0] == {"cont_uniq_mean": 3.0, "cont_uniq_total": 40.0}
+
+
+def test_the_recovered_commit_is_the_last_one_that_changed_the_rendering(monkeypatch, tmp_path):
+    import subprocess
+
+    from reproduce.runs.archive import _git_last_commit
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)  # the path is found from anywhere
+    want = subprocess.run(["git", "log", "-1", "--format=%H", "--", "README.md"], cwd=repo, capture_output=True,
+                          text=True).stdout.strip()
+    assert _git_last_commit(repo / "README.md") == want and len(want) == 40
+    assert _git_last_commit(tmp_path / "nowhere.csv") in ("unknown", "uncommitted")

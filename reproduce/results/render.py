@@ -201,8 +201,18 @@ def cells_markdown(cells: list[dict]) -> list[str]:
     for c in cells:
         seed = "preset's" if c.get("seed") is None else str(c["seed"])
         epochs = " + ".join(map(str, c.get("epochs") or [])) or "–"
-        lines.append(f"| {c['row']} | {seed} | `{c['config_hash']}` | {epochs} | {c.get('wall_time', '–')} | "
+        mark = " (recovered)" if c.get("recovered") else ""
+        lines.append(f"| {c['row']} | {seed} | `{c['config_hash']}`{mark} | {epochs} | {c.get('wall_time', '–')} | "
                      f"{c.get('hardware', '–')} | `{c.get('commit', '–')}` | {c.get('started', '–')} |")
+    recovered = sorted({c["recovered"] for c in cells if c.get("recovered")})
+    figures = sorted({c["recovered_figures"] for c in cells if c.get("recovered_figures")})
+    if recovered:
+        lines += ["", "(recovered): the cell's run record was lost with its ledger (a work tree lost between sessions) "
+                  "before renderings kept their records; it was rebuilt from the committed rendering "
+                  f"({'; '.join(f'`{r}`' for r in recovered)}): the numbers shown here and the claims' numbers are "
+                  "the ones measured; its learning curve, geometry over training and weights are gone, so the figures "
+                  "above leave it out" + (f"; the figures as drawn before, with it: {', '.join(f'`{f}/`' for f in figures)}"
+                                          if figures else "") + " (reproduce/runs/archive.py)."]
     return lines
 
 

@@ -125,3 +125,152 @@ def restored_from(run_dir: Path) -> str | None:
     """Where a restored run's record came from (None: the run trained in this ledger)."""
     data = _read_json(Path(run_dir) / RESTORED_FILE)
     return str(data.get("from")) if isinstance(data, dict) and data.get("from") else None
+
+
+# ---- records lost before renderings kept them ------------------------------------------------------------------
+RECOVERED_LOST = ("the per-epoch history (learning curves), the geometry and traces recorded while training, the "
+                  "metrics the table does not show, and the weights (figures that need them)")
+
+
+def recover_records(app, cells: list, log=print) -> list[Path]:
+    """Archived records rebuilt from the committed rendering of ``app``'s table (``table.csv`` and ``cells.json``) for
+    its complete cells that have none: cells finished before renderings kept their records, whose ledger was lost
+    (2026-11-27). Each holds what the rendering shows (the table's columns at each row's stage, the cell's
+    provenance) and the config that composes to its hash, is marked ``recovered`` (from which file at which commit,
+    what was lost) and is rendered as such; the paths written. Nothing else is made up: a number the rendering does
+    not hold stays missing."""
+    import csv
+
+    from omegaconf import OmegaConf
+
+    from core.loaders import load_cells_json
+    from reproduce.describe import describe
+    from reproduce.runs.execute import plain_config
+    from reproduce.settings.config import config_hash
+
+    out = Path(app.paths.tables_dir) / app.table.name / app.scale.name
+    cells_json, table_csv = out / "cells.json", out / "table.csv"
+    if not cells_json.is_file() or not table_csv.is_file():
+        log(f"repdegen: {out}: no rendering to recover records from")
+        return []
+    rendered = load_cells_json(cells_json)
+    lines = list(csv.DictReader(table_csv.open()))
+    ours = {c.config_hash: c for c in cells}
+    at = _git_last_commit(table_csv)
+    written = []
+    # the figures as last drawn, with the recovered cells' curves and geometry in them: kept (moved, not copied)
+    # beside the records, since a rendering from recovered records can no longer draw those rows
+    figures = out / ARCHIVE_DIR / f"figures-{at[:10]}"
+    for entry in rendered.get("cells") or []:
+        h, prov = entry.get("config_hash"), entry.get("provenance")
+        if entry.get("status") != STATUS_COMPLETE or not h or (archive_path(out, h) / "result.json").exists():
+            continue
+        if h not in ours:
+            log(f"repdegen: {app.table.name}: cell [{h}] of the rendering is not a cell of the table now (its config "
+                f"changed since): not recovered")
+            continue
+        if not isinstance(prov, dict) or not prov.get("started"):
+            log(f"repdegen: {app.table.name}: cell [{h}] has no provenance in {cells_json}: not recovered")
+            continue
+        cell = ours[h]
+        metrics: dict[str, dict[str, float]] = {}
+        for i in cell.rows:
+            row = app.table.rows[i]
+            line = next((x for x in lines if x["label"] == row.label and x["group"] == (row.group or "")), None)
+            if line is None or line.get("config_hash") != h or line.get("seeds") != "1":
+                continue  # a row rendered from several seeds holds their mean, not this cell's number
+            values = {col: float(line[f"{col}_ours"]) for col in app.table.columns
+                      if col != "params" and line.get(f"{col}_ours") not in (None, "")}
+            metrics.setdefault(str(row.stage), {}).update(values)
+        for metric, i, value in claim_values(out / "claims.json", app.table):
+            if i in cell.rows and metric not in metrics.get(str(app.table.rows[i].stage), {}):
+                metrics.setdefault(str(app.table.rows[i].stage), {})[metric] = value
+        if not metrics:
+            log(f"repdegen: {app.table.name}: {cell.label} [{h}]: no number of it in {table_csv}: not recovered")
+            continue
+        config = plain_config(cell.cfg)
+        if config_hash(OmegaConf.create(config)) != h:  # the record's config must be the cell's: a bug if not
+            raise UserError(f"{app.table.name}: {cell.label} [{h}]: its config composes to another hash now "
+                            f"({config_hash(OmegaConf.create(config))}); not recovered")
+        gits = [_parse_commit(c) for c in str(prov.get("commit") or "unknown").split(", ")]
+        hardware = _parse_hardware(str(prov.get("hardware") or ""))
+        record = {
+            "status": STATUS_COMPLETE, "label": cell.label, "config_hash": h, "scale": app.scale.name,
+            "config": config, "parameters": {k: v for k, v in describe(cell.cfg)["parameters"].items() if k != "millions"},
+            "git": gits[-1], "hardware": hardware, "starts": [{"git": g, "hardware": hardware} for g in gits],
+            "started": prov["started"], "wall_time_s": prov.get("wall_time_s") or 0.0, "history": [], "metrics": metrics,
+            "recovered": {"from": str(table_csv), "commit": at, "epochs": list(prov.get("epochs") or []),
+                          "figures": str(figures),
+                          "when": dt.datetime.now().isoformat(timespec="seconds"), "lost": RECOVERED_LOST},
+        }
+        path = archive_path(out, h) / "result.json"
+        atomic_write_json(path, record, parents=True)
+        written.append(path)
+        shown = "; ".join(f"{stage}: " + ", ".join(f"{k} {v:.2f}" for k, v in m.items()) for stage, m in metrics.items())
+        log(f"repdegen: {app.table.name}: {cell.label} [{h}]: record recovered from {table_csv} at {at[:10]} ({shown})")
+    pngs = sorted(out.glob("*.png"))
+    if written and pngs:
+        figures.mkdir(parents=True, exist_ok=True)
+        for png in pngs:
+            png.rename(figures / png.name)
+        atomic_write_json(figures / "captions.json", rendered.get("figures") or {})
+        log(f"repdegen: {app.table.name}: its figures as last drawn moved to {figures}/ (the next rendering draws the "
+            f"rows whose history it has)")
+    return written
+
+
+def claim_values(claims_json: Path, table) -> list[tuple[str, int, float]]:
+    """(metric, row index, value) of each one-seed number a rendered ``claims.json`` decided a check on (a metric the
+    table's columns do not show, such as a learning curve's mean, is kept there only)."""
+    from reproduce.results.claims import resolve_row
+
+    data = _read_json(claims_json)
+    out = []
+    for claim in (data or {}).get("claims") or []:
+        for check in claim.get("checks") or []:
+            for side in ("row", "than"):
+                values = check.get(f"ours_{side}")
+                if check.get(side) and isinstance(values, list) and len(values) == 1 and isinstance(values[0], (int, float)):
+                    try:
+                        i = resolve_row(table, str(check[side]), "claims")
+                    except UserError:
+                        continue  # a row renamed since: its number is not this table's
+                    out.append((str(check["metric"]), i, float(values[0])))
+    return out
+
+
+def _git_last_commit(path: Path) -> str:
+    import subprocess
+
+    try:
+        path = Path(path).resolve()
+        return subprocess.run(["git", "log", "-1", "--format=%H", "--", path.name], capture_output=True, text=True,
+                              cwd=path.parent, check=True).stdout.strip() or "uncommitted"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _parse_commit(text: str) -> dict:
+    """A rendered commit (``719274991c``, ``760a1f4bf9+dirty``, ``...+dirty (results/ only)``) as a record's ``git``."""
+    commit, _, flag = text.strip().partition("+")
+    git: dict = {"commit": commit, "dirty": flag.startswith("dirty")}
+    if "results/ only" in flag:
+        git["changed"] = ["results/"]
+    return git
+
+
+def _parse_hardware(text: str) -> dict:
+    """A rendered hardware line back into the record's fields :func:`core.provenance.hardware_summary` reads; an
+    error when it is not one of its two forms (it must render as it did)."""
+    import re
+
+    from core.provenance import hardware_summary
+
+    cpu = re.fullmatch(r"CPU: (.*) x(\d+) threads \(torch (.+)\)", text)
+    gpu = re.fullmatch(r"(.+) \(torch (.+)\)", text)
+    hw = ({"device": "cpu", "cpu": cpu[1], "torch_threads": int(cpu[2]), "torch": cpu[3]} if cpu else
+          {"device": "cuda", "gpu": gpu[1], "torch": gpu[2]} if gpu else None)
+    if hw is None or hardware_summary(hw) != text:
+        raise UserError(f"a rendered hardware line {text!r} is not one repdegen writes (expected 'CPU: <cpu> x<n> "
+                        f"threads (torch <version>)' or '<gpu> (torch <version>)'); fix it in cells.json")
+    return hw

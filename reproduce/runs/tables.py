@@ -609,7 +609,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     judge_registration(app, verdicts, rows, records, ledger)
     claims_md = claims_markdown(verdicts, paper_short(t.source), scale, seeds)
     # at paper scale each cell's provenance: its rows are built one by one, over sessions and machines
-    provenance = [cell_provenance(r) for r in records] if scale == "paper" else []
+    provenance = [cell_provenance(r) for r in records] if scale in ARCHIVED_SCALES else []
     markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md, cells=provenance)
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
@@ -706,8 +706,12 @@ def cell_provenance(record: dict) -> dict:
         if h.get("stage", "train") == "train":
             sessions[int(h.get("session", 1))] = sessions.get(int(h.get("session", 1)), 0) + 1
     commit = ", ".join(str(g.get("commit", "unknown"))[:10] + _dirty_suffix(g) for g in record_gits(record))
-    return {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
-            "epochs": [sessions[k] for k in sorted(sessions)], "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
+    recovered = record.get("recovered") or {}
+    epochs = [sessions[k] for k in sorted(sessions)] or list(recovered.get("epochs") or [])
+    out = {"recovered": f"{recovered.get('from')} at {str(recovered.get('commit'))[:10]}",
+           "recovered_figures": recovered.get("figures")} if recovered else {}
+    return out | {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
+            "epochs": epochs, "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
             "wall_time_s": record.get("wall_time_s"),
             "hardware": hardware_summary(record["hardware"]) if record.get("hardware") else "n/a",
             "commit": commit, "started": record.get("started")}
