@@ -166,3 +166,18 @@ def test_the_recovered_commit_is_the_last_one_that_changed_the_rendering(monkeyp
                           text=True).stdout.strip()
     assert _git_last_commit(repo / "README.md") == want and len(want) == 40
     assert _git_last_commit(tmp_path / "nowhere.csv") in ("unknown", "uncommitted")
+
+
+def test_status_lists_a_restored_run_with_where_it_came_from(tmp_path):
+    from reproduce.runs.status import collect, format_row
+
+    tables, runs = tmp_path / "tables", tmp_path / "runs"
+    recovered = record("aaaa", recovered={"from": "table.csv", "commit": "abc"}, history=[])
+    recovered["metrics"]["final"]["test_ppl"] = 87.25
+    archive_records(tables / "t1" / "paper", [recovered], runs)
+    restore_records(tables, runs, [SimpleNamespace(config_hash="aaaa", label="row")], log=lambda _: None)
+    (row,) = collect(runs, include_complete=True)
+    text = format_row(row)
+    assert "complete" in text and "no epoch finished" not in text
+    assert f"restored from {tables / 't1' / 'paper' / 'records' / 'aaaa'}" in text and "history lost" in text
+    assert "valid_ppl 90.50, test_ppl 87.25" in text

@@ -194,9 +194,24 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
         rows.append({"hash": run_dir.name, "label": record.get("label", "?"), "scale": record.get("scale", "?"),
                      "state": state, "facts": facts, "resume": resume, "running_s": since_start(record),
                      "paper_valid_ppl": paper_valid_targets(record, tables_dir),
+                     "restored": restored_line(record, run_dir),
                      "error": record.get("error") if state == "failed" else None})
     rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
     return rows
+
+
+def restored_line(record: dict, run_dir: Path) -> str | None:
+    """How a run restored from a table's archived records is listed (reproduce/runs/archive.py); None for the others."""
+    from reproduce.runs.archive import restored_from
+
+    source = restored_from(run_dir)
+    if source is None:
+        return None
+    final = (record.get("metrics") or {}).get("final") or {}
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in final.items() if k.endswith("_ppl") and isinstance(v, (int, float)))
+    what = ("record recovered from the committed rendering, its history lost" if record.get("recovered")
+            else "its weights are not on this machine")
+    return f"restored from {source} ({what})" + (f"; final {shown}" if shown else "")
 
 
 def format_row(row: dict) -> str:
@@ -204,7 +219,9 @@ def format_row(row: dict) -> str:
         return row["error"]  # one line: the file, the field and its value, how to recover it
     f = row["facts"]
     head = f"{row['hash']}  {row['label']} ({row['scale']})  {row['state']}"
-    if f is None:
+    if f is None and row.get("restored"):
+        body = row["restored"]
+    elif f is None:
         body = "no epoch finished yet" + (f" (started {_fmt_seconds(row['running_s'])} ago)"
                                           if row.get("running_s") is not None else "")
     else:
@@ -227,6 +244,8 @@ def format_row(row: dict) -> str:
             timing += f" | at most {_fmt_seconds(f['seconds_left_at_most'])} left{early}"
         body = where + valid + best + timing
     lines = [head, "    " + body]
+    if f is not None and row.get("restored"):
+        lines.append("    " + row["restored"])
     if row.get("error"):
         lines.append(f"    error: {row['error']}")
     if row.get("resume"):
