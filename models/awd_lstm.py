@@ -69,6 +69,7 @@ def embedded_dropout(embedding: nn.Embedding, tokens: torch.Tensor, p: float, tr
 
 @register_model("awd_lstm", AWDLSTMConfig)
 class AWDLSTM(LanguageModel):
+    uses_lstm_kernel = True
     WIDTH_FIELDS = ("embedding_size", "hidden_size")
 
     @staticmethod

@@ -30,6 +30,9 @@ class LanguageModel(nn.Module):
     ``self.output_weight`` (nn.Parameter V x d); ``self.output_bias_param`` may be None."""
 
     tie_weights: bool
+    # runs PyTorch's fused LSTM kernel (oneDNN on a CPU, cuDNN on a GPU): bf16 on a CPU needs oneDNN's bf16 LSTM
+    # (reproduce/engine/optim.py check_bf16)
+    uses_lstm_kernel: bool = False
     embedding: nn.Embedding
     output_weight: nn.Parameter | None
     output_bias_param: nn.Parameter | None

@@ -140,6 +140,7 @@ def _dropout_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch
 
 @register_model("lstm_lm", LSTMLMConfig)
 class LSTMLanguageModel(LanguageModel):
+    uses_lstm_kernel = True
     WIDTH_FIELDS = ("hidden_size", "embedding_size")
 
     @staticmethod

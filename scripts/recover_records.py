@@ -19,10 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from reproduce.describe import describe  # noqa: E402
 from reproduce.errors import exit_on_user_error  # noqa: E402
 from reproduce.runs.archive import recover_records  # noqa: E402
 from reproduce.runs.tables import expand_cells  # noqa: E402
 from reproduce.settings.config import CONF_DIR  # noqa: E402
+
+
+def parameters(cfg) -> dict:
+    """The parameter counts a run record holds, of the model ``cfg`` builds (no training, no weights)."""
+    return {k: v for k, v in describe(cfg)["parameters"].items() if k != "millions"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         for table in args.tables:
             app = compose("table_app", overrides=[f"table={table}", f"scale={args.scale}",
                                                   f"paths.tables_dir={args.tables_dir}"])
-            written += len(recover_records(app, expand_cells(app)))
+            written += len(recover_records(app, expand_cells(app), parameters))
     print(f"repdegen: {written} record(s) recovered; bring them into the ledger with python -m reproduce.table "
           f"table=<t> scale={args.scale} render_only=true restore=true")
     return 0

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +20,8 @@ from reproduce.errors import UserError
 from reproduce.runs.archive import archive_records, archived_records, restore_records, restored_from
 from reproduce.settings.config import CONF_DIR
 from tests.test_table import compose_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 def record(h: str, started: str = "2026-11-27T10:00:00", status: str = "complete", **extra) -> dict:
@@ -115,17 +118,19 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
         params = {h: json.loads((runs / h / "result.json").read_text())["parameters"]["total"] for h in hashes}
         shutil.rmtree(runs)
         shutil.rmtree(out / "records")
+        from recover_records import parameters
+
         from reproduce.runs.archive import recover_records
 
         said = []
-        written = recover_records(app, table_mod.expand_cells(app), log=said.append)
+        written = recover_records(app, table_mod.expand_cells(app), parameters, log=said.append)
         assert sorted(p.parent.name for p in written) == hashes and sum("record recovered" in x for x in said) == 2
         kept = json.loads(written[0].read_text())
         assert kept["history"] == [] and kept["recovered"]["epochs"] and "test_ppl" in kept["metrics"]["final"]
         assert kept["parameters"]["total"] == params[kept["config_hash"]]  # the model the config builds, counted again
         moved = out / "records" / Path(kept["recovered"]["figures"]).name
         assert sorted(p.name for p in moved.glob("*.png")) == pngs and not list(out.glob("*.png"))
-        assert recover_records(app, table_mod.expand_cells(app), log=said.append) == []  # once
+        assert recover_records(app, table_mod.expand_cells(app), parameters, log=said.append) == []  # once
         app.render_only, app.restore = True, True
         assert table_mod.run_table(app) == 0
         assert (out / "table.csv").read_text() == table and (out / "claims.csv").read_text() == claims
@@ -181,3 +186,11 @@ def test_status_lists_a_restored_run_with_where_it_came_from(tmp_path):
     assert "complete" in text and "no epoch finished" not in text
     assert f"restored from {tables / 't1' / 'paper' / 'records' / 'aaaa'}" in text and "history lost" in text
     assert "valid_ppl 90.50, test_ppl 87.25" in text
+
+
+def test_recover_script_names_an_unknown_table(capsys):
+    from recover_records import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["inan2017_t9"])
+    assert err.value.code == 2 and "no table 'inan2017_t9'; expected one of:" in capsys.readouterr().err

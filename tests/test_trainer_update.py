@@ -12,6 +12,7 @@ from data.corpus import load_corpus
 from losses import build_objective
 from losses.cosreg import cosine_regularizer
 from models import build_model
+from reproduce.engine.optim import cpu_runs_bf16_lstm
 from reproduce.engine.trainer import Trainer
 from reproduce.settings.config import finalize
 
@@ -92,6 +93,20 @@ def _old_update(t, group, lr):
     t.optimizer.step()
 
 
+def test_bf16_on_a_cpu_without_a_bf16_lstm_kernel_is_a_config_error_before_training(compose_cfg, monkeypatch):
+    """An AMD EPYC without AVX512-BF16/AMX has no oneDNN bf16 LSTM: the trainer says so and how to fix it, instead of
+    oneDNN's "could not create a primitive descriptor" at the first update."""
+    from reproduce.engine import optim
+    from reproduce.errors import ConfigError
+
+    monkeypatch.setattr(optim, "cpu_runs_bf16_lstm", lambda: False)
+    with pytest.raises(ConfigError, match=r"trainer.precision=bf16: .* no bf16 LSTM kernel .* trainer.precision=fp32"):
+        make_trainer(compose_cfg, "objective=mle", "trainer.precision=bf16")
+    make_trainer(compose_cfg, "objective=mle", "trainer.precision=fp32")  # the fix it names
+
+
+@pytest.mark.skipif(not cpu_runs_bf16_lstm(),
+                    reason="this CPU has no oneDNN bf16 LSTM kernel (no AVX512-BF16 or AMX)")
 def test_bf16_update_casts_the_weights_once_and_gives_the_same_numbers(compose_cfg):
     """Under bf16 autocast an update of two micro-batches gives bit-identical parameters with one autocast context
     for the whole update (the weights' bf16 copies cached across micro-batches) as with one context a micro-batch,

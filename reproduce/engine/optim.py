@@ -10,9 +10,12 @@ then on validation (and the saved best model) uses the averaged weights (:func:`
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
+
+from core.errors import ConfigError
 
 
 def make_optimizer(name: str, params: list, o, device: torch.device):
@@ -68,6 +71,31 @@ def averaged_weights(params, optimizer):
         with torch.no_grad():
             for p, s in zip(params, saved):
                 p.copy_(s)
+
+
+@functools.cache
+def cpu_runs_bf16_lstm() -> bool:
+    """Whether this CPU's oneDNN has a bf16 LSTM kernel (AVX512-BF16 or AMX; an AMD EPYC without them has none, and a
+    bf16 LSTM forward there fails inside oneDNN): a tiny forward under autocast, tried once."""
+    lstm = torch.nn.LSTM(4, 4)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+            lstm(torch.zeros(2, 1, 4))
+    except RuntimeError:
+        return False
+    return True
+
+
+def check_bf16(precision: str, device: torch.device, model: torch.nn.Module) -> None:
+    """A ConfigError, before anything trains, for ``trainer.precision=bf16`` on a CPU that cannot run the model's LSTMs
+    in bf16 (instead of oneDNN's "could not create a primitive descriptor" at the first update)."""
+    if device.type == "cpu" and use_bf16(precision, device) and getattr(model, "uses_lstm_kernel", False) \
+            and not cpu_runs_bf16_lstm():
+        import platform
+
+        raise ConfigError(f"trainer.precision={precision}: this CPU ({platform.processor() or platform.machine()}) has no "
+                          f"bf16 LSTM kernel in oneDNN (it needs AVX512-BF16 or AMX), and the model has LSTM layers; "
+                          f"expected fp32 here: set trainer.precision=fp32 (paper runs are fp32 anyway)")
 
 
 def use_bf16(precision: str, device: torch.device) -> bool:

@@ -47,6 +47,7 @@ class Trainer:
         self.run_dir, self.device = Path(run_dir), device
         if device.type == "cpu":  # freed buffers stay in the process: no page faults every update (core/malloc.py)
             keep_freed_memory()
+        optim.check_bf16(self.t.precision, device, model)
         if device.type == "cuda" and not optim.use_bf16(self.t.precision, device):
             # fp32 means fp32: cuDNN (the LSTMs' kernel) runs in TF32 by default, PyTorch's own matmuls do not
             torch.backends.cudnn.allow_tf32 = False

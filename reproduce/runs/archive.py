@@ -132,11 +132,12 @@ RECOVERED_LOST = ("the per-epoch history (learning curves), the geometry and tra
                   "metrics the table does not show, and the weights (figures that need them)")
 
 
-def recover_records(app, cells: list, log=print) -> list[Path]:
+def recover_records(app, cells: list, parameters, log=print) -> list[Path]:
     """Archived records rebuilt from the committed rendering of ``app``'s table (``table.csv`` and ``cells.json``) for
     its complete cells that have none: cells finished before renderings kept their records, whose ledger was lost
     (2026-11-27). Each holds what the rendering shows (the table's columns at each row's stage, the cell's
-    provenance) and the config that composes to its hash, is marked ``recovered`` (from which file at which commit,
+    provenance), the config that composes to its hash and ``parameters(cfg)`` (the parameter counts of the model
+    the config builds: ``reproduce.describe``'s), is marked ``recovered`` (from which file at which commit,
     what was lost) and is rendered as such; the paths written. Nothing else is made up: a number the rendering does
     not hold stays missing."""
     import csv
@@ -144,7 +145,6 @@ def recover_records(app, cells: list, log=print) -> list[Path]:
     from omegaconf import OmegaConf
 
     from core.loaders import load_cells_json
-    from reproduce.describe import describe
     from reproduce.runs.execute import plain_config
     from reproduce.settings.config import config_hash
 
@@ -196,7 +196,7 @@ def recover_records(app, cells: list, log=print) -> list[Path]:
         hardware = _parse_hardware(str(prov.get("hardware") or ""))
         record = {
             "status": STATUS_COMPLETE, "label": cell.label, "config_hash": h, "scale": app.scale.name,
-            "config": config, "parameters": {k: v for k, v in describe(cell.cfg)["parameters"].items() if k != "millions"},
+            "config": config, "parameters": parameters(cell.cfg),
             "git": gits[-1], "hardware": hardware, "starts": [{"git": g, "hardware": hardware} for g in gits],
             "started": prov["started"], "wall_time_s": prov.get("wall_time_s") or 0.0, "history": [], "metrics": metrics,
             "recovered": {"from": str(table_csv), "commit": at, "epochs": list(prov.get("epochs") or []),
