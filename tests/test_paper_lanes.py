@@ -36,3 +36,10 @@ def test_a_misspelt_row_is_caught():
     conf = OmegaConf.load(CONF_DIR / "table" / "inan2017_t1.yaml")
     with pytest.raises(ConfigError):
         resolve_row(conf, "Small (200 units) / VD-LSTM+RAEL", "rows=")
+
+
+def test_each_step_restores_the_rows_committed_with_the_tables():
+    """A work tree lost between sessions takes the ledger with it (2026-11-27): each step restores the committed
+    records (reproduce/runs/archive.py) so that a finished row is rendered, not trained again."""
+    (command,) = [line for line in LANES.read_text().splitlines() if "-m reproduce.table" in line]
+    assert "restore=true" in command.split() and "scale=paper" in command.split()
