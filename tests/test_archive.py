@@ -194,3 +194,23 @@ def test_recover_script_names_an_unknown_table(capsys):
     with pytest.raises(SystemExit) as err:
         main(["inan2017_t9"])
     assert err.value.code == 2 and "no table 'inan2017_t9'; expected one of:" in capsys.readouterr().err
+
+
+def test_the_report_shows_the_figures_kept_from_before_a_recovery(tmp_path):
+    from reproduce.results.report import kept_figures
+
+    out = tmp_path / "tables" / "t1" / "paper"
+    kept = out / "records" / "figures-abc123"
+    kept.mkdir(parents=True)
+    for name in ("svd_projection", "curves"):
+        (kept / f"{name}.png").write_bytes(b"\x89PNG")
+    (kept / "captions.json").write_text(json.dumps({"curves": "Validation [PPL]", "svd_projection": "SVD"}))
+    lines = kept_figures(out, tmp_path / "tables" / "t1")
+    images = [x for x in lines if x.startswith("![")]
+    assert images == ["![Validation \\[PPL\\]](paper/records/figures-abc123/curves.png)",
+                      "![SVD](paper/records/figures-abc123/svd_projection.png)"]  # in the rendering's order
+    assert "commit `abc123`" in lines[0]
+    (kept / "captions.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match="captions.json: expected a JSON object of figure name"):
+        kept_figures(out, tmp_path / "tables" / "t1")
+    assert kept_figures(tmp_path / "elsewhere", tmp_path) == []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import difflib
+import json
 import re
 import sys
 from collections import defaultdict
@@ -271,6 +272,34 @@ def table_figures(out: Path, page_dir: Path) -> list[str]:
         lines.append("")
     for stem, p in sorted(pngs.items()):
         lines += [f"![{stem}]({_rel(p, page_dir)})", ""]
+    return lines + kept_figures(out, page_dir)
+
+
+def kept_figures(out: Path, page_dir: Path) -> list[str]:
+    """The figures a rendering had before its cells' records were recovered (``records/figures-<commit>/``,
+    reproduce/runs/archive.py): they hold the recovered rows' curves and geometry, which no rendering can draw again."""
+    lines = []
+    for d in sorted((out / "records").glob("figures-*")):
+        if not d.is_dir():
+            continue
+        path = d / "captions.json"
+        try:
+            captions = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path}: cannot be read as JSON ({err}); expected the object of figure name -> caption "
+                            f"that scripts/recover_records.py writes; restore it from git (git checkout -- {path})") from None
+        if not isinstance(captions, dict) or not all(isinstance(v, str) for v in captions.values()):
+            raise UserError(f"{path}: expected a JSON object of figure name -> caption (strings), got "
+                            f"{type(captions).__name__}; restore it from git (git checkout -- {path})")
+        pngs = sorted(d.glob("*.png"), key=lambda p: (list(captions).index(p.stem) if p.stem in captions else len(captions),
+                                                      p.stem))
+        if not pngs:
+            continue
+        lines += [f"Figures as drawn at commit `{d.name.removeprefix('figures-')}`, with the rows whose run records were "
+                  "recovered since (their curves and geometry are in these only):", ""]
+        for p in pngs:
+            caption = str(captions.get(p.stem, p.stem)).replace("[", "\\[").replace("]", "\\]")
+            lines += [f"![{caption}]({_rel(p, page_dir)})", ""]
     return lines
 
 
