@@ -869,8 +869,9 @@ def analyse_cells(app: DictConfig, cells: list[Cell], ledger: Ledger) -> None:
     start = time.time()
     for k, c in enumerate(todo, 1):
         run = ledger.run_dir(c.config_hash)
-        if restored_from(run) and analysis_values(run, analyses)[1] is None:
-            print(f"repdegen: {app.table.name}: {c.label} [{c.config_hash}] was restored from {restored_from(run)} "
+        source = restored_from(run)
+        if source and analysis_values(run, analyses)[1] is None:
+            print(f"repdegen: {app.table.name}: {c.label} [{c.config_hash}] was restored from {source} "
                   f"without its analyses, and its weights are not on this machine: its analysis columns stay empty "
                   f"(train the cell again to compute them)", flush=True)
             continue
