@@ -43,3 +43,27 @@ def test_each_step_restores_the_rows_committed_with_the_tables():
     records (reproduce/runs/archive.py) so that a finished row is rendered, not trained again."""
     (command,) = [line for line in LANES.read_text().splitlines() if "-m reproduce.table" in line]
     assert "restore=true" in command.split() and "scale=paper" in command.split()
+
+
+def _queued(lane: str) -> list[str]:
+    """The steps a lane would run, with `PYTHON=echo`: nothing is trained."""
+    import os
+    import subprocess
+
+    out = subprocess.run(["bash", str(LANES), lane], env={**os.environ, "PYTHON": "echo"}, capture_output=True,
+                         text=True, check=True).stdout
+    return [line for line in out.splitlines() if line.startswith("-m reproduce.table")]
+
+
+def test_lanes_a_and_b_split_lane_s_queue():
+    """Lane S runs the queue in order on every core; A and B run the same steps between them, each once."""
+    s, a, b = _queued("S"), _queued("A"), _queued("B")
+    assert len(s) == len(lane_steps()) and not set(a) & set(b)
+    assert sorted(a + b) == sorted(s) and a == s[0::2] and b == s[1::2]
+
+
+def test_an_unknown_lane_is_refused():
+    import subprocess
+
+    run = subprocess.run(["bash", str(LANES), "C"], capture_output=True, text=True)
+    assert run.returncode == 2 and "usage: bash scripts/paper_lanes.sh S|A|B" in run.stderr

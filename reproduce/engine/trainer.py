@@ -219,7 +219,7 @@ class Trainer:
             task.restore_carried_state(resume["carried_state"])
         if self.state.updates == 0:
             self.trace_geometry()  # the initial weights: the trace's update 0
-        start = time.time()
+        start, n_tok_before = time.time(), n_tok  # tokens/s of this process's updates (after a mid-epoch resume too)
         desc = f"{self.state.stage} epoch {epoch}"
         bar = progress_bar(total=len(groups), initial=first, desc=desc, disable=not (t.progress and self.is_main),
                            unit="update", leave=False, dynamic_ncols=True, mininterval=1.0)
@@ -243,7 +243,7 @@ class Trainer:
                 if t.progress and self.is_main:
                     mean = nll_sum.item() / max(n_tok, 1)
                     bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
-                                    tok_s=f"{n_tok / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:.3g}")
+                                    tok_s=f"{(n_tok - n_tok_before) / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:.3g}")
             why = dist.stop_reason(self.t.stop_after_updates, self.state.updates)
             if why is not None:
                 bar.close()
