@@ -95,10 +95,17 @@ def test_fused_reports_plain_nll_and_ul_detached():
     assert loss.requires_grad and not nll.requires_grad and not ul.requires_grad
 
 
-def test_nll_only_matches_cross_entropy_bitwise_in_float32():
+def test_nll_only_matches_cross_entropy_to_float32_rounding():
+    """The forward's NLL is mean(lse - z_y) (logsumexp), cross_entropy's -mean(log_softmax(z)_y): the same number by two
+    roundings, equal on some CPUs and an ulp or two apart on others (2026-11-28, an AMD EPYC with AVX-512), so the
+    check is a few float32 ulps, against the float64 value as the reference for both."""
     h, W, b, y, _, _, _ = case(1, dtype=torch.float32)
     loss, nll, _ = fused_softmax_loss(h, W, b, y)
-    assert torch.equal(nll, F.cross_entropy(F.linear(h, W, b), y)) and torch.equal(loss, nll)
+    exact = F.cross_entropy(F.linear(h.double(), W.double(), b.double()), y)
+    ours, torch_ce = nll.double(), F.cross_entropy(F.linear(h, W, b), y).double()
+    ulp = torch.finfo(torch.float32).eps * exact.abs()
+    assert nll.dtype == torch.float32 and torch.equal(loss, nll)
+    assert (ours - exact).abs() <= 4 * ulp and (torch_ce - exact).abs() <= 4 * ulp and (ours - torch_ce).abs() <= 4 * ulp
 
 
 def make(name, eps=0.0, **cfg):
