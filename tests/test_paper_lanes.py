@@ -3,7 +3,9 @@ on a typo hours into its queue (the lane runs each step as ``reproduce.table tab
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -47,9 +49,6 @@ def test_each_step_restores_the_rows_committed_with_the_tables():
 
 def _queued(lane: str) -> list[str]:
     """The steps a lane would run, with `PYTHON=echo`: nothing is trained."""
-    import os
-    import subprocess
-
     out = subprocess.run(["bash", str(LANES), lane], env={**os.environ, "PYTHON": "echo"}, capture_output=True,
                          text=True, check=True).stdout
     return [line for line in out.splitlines() if line.startswith("-m reproduce.table")]
@@ -63,7 +62,5 @@ def test_lanes_a_and_b_split_lane_s_queue():
 
 
 def test_an_unknown_lane_is_refused():
-    import subprocess
-
     run = subprocess.run(["bash", str(LANES), "C"], capture_output=True, text=True)
     assert run.returncode == 2 and "usage: bash scripts/paper_lanes.sh S|A|B" in run.stderr
