@@ -3,6 +3,7 @@ hardware, and an estimate for ``TABLE=all`` per scale (cells shared by several t
 
     python scripts/compute_table.py                  # Markdown on stdout
     python scripts/compute_table.py --out docs/compute.md
+    python scripts/compute_table.py --check          # exit 1 if docs/compute.md's per-rendering rows are stale
 
 Reads ``results/tables/<table>/<scale>/cells.json`` (committed: the cells, the rendering's summed wall time and
 hardware) and, where the run ledger holds them, each cell's ``outputs/runs/<hash>/result.json`` (its own wall time:
@@ -102,13 +103,49 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rendering_rows(markdown_text: str) -> list[str]:
+    """The per-rendering rows of a compute table (its first table: one line per committed table x scale). They come
+    from the committed ``cells.json`` alone, unlike the ``TABLE=all`` estimates below them (which read the ledger
+    where it holds a cell), so a clean clone can check them."""
+    out = []
+    for line in markdown_text.split("\n\n", 1)[0].splitlines():
+        if line.startswith("| `"):
+            out.append(line)
+    return out
+
+
+def stale_rows(doc_text: str, rows: list[dict]) -> tuple[list[str], list[str]]:
+    """(missing from the doc, in the doc but not rendered): the per-rendering rows that differ."""
+    start = "<!-- compute-table: scripts/compute_table.py -->"
+    documented = rendering_rows(doc_text.split(start, 1)[1].lstrip("\n")) if start in doc_text else []
+    rendered = rendering_rows(markdown(rows))
+    return [r for r in rendered if r not in documented], [r for r in documented if r not in rendered]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--runs", default=str(ROOT / "outputs" / "runs"))
     parser.add_argument("--out", default=None, help="write into this Markdown file, between its compute-table markers")
+    parser.add_argument("--check", nargs="?", const=str(ROOT / "docs" / "compute.md"), default=None, metavar="FILE",
+                        help="check that FILE's (default docs/compute.md) per-rendering rows match results/; exit 1 "
+                             "and name the rows if not")
     args = parser.parse_args(argv)
-    table = markdown(collect(Path(args.results), Path(args.runs)))
+    rows = collect(Path(args.results), Path(args.runs))
+    if args.check is not None:
+        missing, extra = stale_rows(Path(args.check).read_text(), rows)
+        if not (missing or extra):
+            print(f"repdegen: {args.check}: the compute table matches results/")
+            return 0
+        print(f"repdegen: {args.check}'s compute table is stale (results/ changed since it was written):",
+              file=sys.stderr)
+        for r in missing:
+            print(f"  rendered, not in the doc: {r}", file=sys.stderr)
+        for r in extra:
+            print(f"  in the doc, not rendered: {r}", file=sys.stderr)
+        print(f"  fix: python scripts/compute_table.py --out {args.check}", file=sys.stderr)
+        return 1
+    table = markdown(rows)
     if args.out is None:
         sys.stdout.write(table)
         return 0

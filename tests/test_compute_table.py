@@ -33,3 +33,35 @@ def test_shared_cell_counted_once_without_and_with_the_ledger(tmp_path):
         (runs / h / "result.json").write_text(json.dumps({"wall_time_s": s}))
     total, estimated = compute_table.all_tables_time(compute_table.collect(results, runs))
     assert (total, estimated) == (600 + 3000 + 1200 + 1500.0, False)
+
+
+def test_check_names_a_stale_row_and_passes_a_fresh_one(tmp_path, capsys):
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    _rendering(results, "a", ["h1", "h2"], "1h0m0s")
+    doc = tmp_path / "compute.md"
+    doc.write_text("# compute\n\n<!-- compute-table: scripts/compute_table.py -->\n<!-- /compute-table -->\ntail\n")
+    argv = ["--results", str(results), "--runs", str(runs)]
+    assert compute_table.main(argv + ["--check", str(doc)]) == 1  # the empty table lacks rendering a
+    assert compute_table.main(argv + ["--out", str(doc)]) == 0
+    assert doc.read_text().endswith("<!-- /compute-table -->\ntail\n")
+    assert compute_table.main(argv + ["--check", str(doc)]) == 0
+    # a third cell completes in rendering a (1 h 30 min in all): the doc's row "2 / 2 ... 1 h 00 min" is stale
+    cells_json = results / "tables" / "a" / "lite" / "cells.json"
+    cells = [{"label": f"r{i}", "status": "complete", "config_hash": f"h{i}"} for i in (1, 2, 3)]
+    cells_json.write_text(json.dumps({"meta": {"wall_time": "1h30m0s", "seeds": [1], "hardware": "cpu"},
+                                            "cells": cells}))
+    capsys.readouterr()
+    assert compute_table.main(argv + ["--check", str(doc)]) == 1
+    err = capsys.readouterr().err
+    assert "| `a` | `lite` | 3 / 3 | 1 | 1 h 30 min | 45 min | cpu |" in err  # rendered, not in the doc
+    assert "| `a` | `lite` | 2 / 2 | 1 | 1 h 00 min | 30 min | cpu |" in err  # in the doc, not rendered
+    assert "--out" in err
+
+
+def test_committed_compute_doc_matches_the_committed_renderings():
+    """docs/compute.md's per-rendering rows are what results/tables/*/*/cells.json give (the ledger plays no part in
+    them): regenerate with `python scripts/compute_table.py --out docs/compute.md` after committing a rendering."""
+    root = Path(__file__).resolve().parents[1]
+    missing, extra = compute_table.stale_rows((root / "docs" / "compute.md").read_text(),
+                                              compute_table.collect(root / "results", root / "no-ledger"))
+    assert (missing, extra) == ([], [])
