@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALES = ("smoke", "lite", "paper")
+START, END = "<!-- compute-table: scripts/compute_table.py -->", "<!-- /compute-table -->"  # where the table goes
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -116,8 +117,7 @@ def rendering_rows(markdown_text: str) -> list[str]:
 
 def stale_rows(doc_text: str, rows: list[dict]) -> tuple[list[str], list[str]]:
     """(missing from the doc, in the doc but not rendered): the per-rendering rows that differ."""
-    start = "<!-- compute-table: scripts/compute_table.py -->"
-    documented = rendering_rows(doc_text.split(start, 1)[1].lstrip("\n")) if start in doc_text else []
+    documented = rendering_rows(doc_text.split(START, 1)[1].lstrip("\n"))
     rendered = rendering_rows(markdown(rows))
     return [r for r in rendered if r not in documented], [r for r in documented if r not in rendered]
 
@@ -126,14 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--runs", default=str(ROOT / "outputs" / "runs"))
-    parser.add_argument("--out", default=None, help="write into this Markdown file, between its compute-table markers")
-    parser.add_argument("--check", nargs="?", const=str(ROOT / "docs" / "compute.md"), default=None, metavar="FILE",
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--out", default=None, help="write into this Markdown file, between its compute-table markers")
+    mode.add_argument("--check", nargs="?", const=str(ROOT / "docs" / "compute.md"), default=None, metavar="FILE",
                         help="check that FILE's (default docs/compute.md) per-rendering rows match results/; exit 1 "
                              "and name the rows if not")
     args = parser.parse_args(argv)
     rows = collect(Path(args.results), Path(args.runs))
+    doc = Path(args.check or args.out) if (args.check or args.out) else None
+    text = doc.read_text() if doc is not None and doc.is_file() else ""
+    if doc is not None and (START not in text or END not in text):
+        what = "no" if doc.is_file() else "no such file, so no"
+        print(f"repdegen: error: {doc}: {what} {START} ... {END} markers; add them where the table goes (the "
+              f"default is docs/compute.md)", file=sys.stderr)
+        return 2
     if args.check is not None:
-        missing, extra = stale_rows(Path(args.check).read_text(), rows)
+        missing, extra = stale_rows(text, rows)
         if not (missing or extra):
             print(f"repdegen: {args.check}: the compute table matches results/")
             return 0
@@ -149,15 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         sys.stdout.write(table)
         return 0
-    out = Path(args.out)
-    start, end = "<!-- compute-table: scripts/compute_table.py -->", "<!-- /compute-table -->"
-    text = out.read_text()
-    if start not in text or end not in text:
-        print(f"repdegen: error: {out} has no {start} ... {end} markers; add them where the table goes", file=sys.stderr)
-        return 2
-    head, rest = text.split(start, 1)
-    out.write_text(f"{head}{start}\n{table}{end}{rest.split(end, 1)[1]}")
-    print(f"repdegen: wrote the compute table into {out}")
+    head, rest = text.split(START, 1)
+    doc.write_text(f"{head}{START}\n{table}{END}{rest.split(END, 1)[1]}")
+    print(f"repdegen: wrote the compute table into {doc}")
     return 0
 
 

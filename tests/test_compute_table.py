@@ -49,13 +49,18 @@ def test_check_names_a_stale_row_and_passes_a_fresh_one(tmp_path, capsys):
     cells_json = results / "tables" / "a" / "lite" / "cells.json"
     cells = [{"label": f"r{i}", "status": "complete", "config_hash": f"h{i}"} for i in (1, 2, 3)]
     cells_json.write_text(json.dumps({"meta": {"wall_time": "1h30m0s", "seeds": [1], "hardware": "cpu"},
-                                            "cells": cells}))
+                                      "cells": cells}))
     capsys.readouterr()
     assert compute_table.main(argv + ["--check", str(doc)]) == 1
     err = capsys.readouterr().err
     assert "| `a` | `lite` | 3 / 3 | 1 | 1 h 30 min | 45 min | cpu |" in err  # rendered, not in the doc
     assert "| `a` | `lite` | 2 / 2 | 1 | 1 h 00 min | 30 min | cpu |" in err  # in the doc, not rendered
     assert "--out" in err
+    doc.write_text("# no markers\n")
+    assert compute_table.main(argv + ["--check", str(doc)]) == 2
+    assert "no <!-- compute-table" in capsys.readouterr().err
+    assert compute_table.main(argv + ["--check", str(tmp_path / "missing.md")]) == 2
+    assert "no such file" in capsys.readouterr().err
 
 
 def test_committed_compute_doc_matches_the_committed_renderings():
