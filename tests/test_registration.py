@@ -113,3 +113,20 @@ def test_a_file_that_is_not_a_registration_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="not a registration file"):
         registration.load(path)
     assert registration.load(tmp_path / "absent.json") == {"claims": {}, "cells": {}}
+
+
+@pytest.mark.parametrize("commit, new, expected", [
+    ({"commit": "abc", "dirty": False}, 3, ""),
+    # a lane's earlier step re-rendered a table: nothing for the user to commit when nothing new was registered
+    ({"commit": "abc", "dirty": True, "changed": ["results/tables/t/paper/cells.json"]}, 0,
+     " (uncommitted changes in results/ only)"),
+    ({"commit": "abc", "dirty": True, "changed": ["results/tables/t/paper/cells.json"]}, 2,
+     " (uncommitted changes in results/ only; commit this file)"),
+    ({"commit": "abc", "dirty": True, "changed": ["conf/table/t.yaml", "results/x.md"]}, 0,
+     " (uncommitted changes: commit the configs and this file)"),
+    ({"commit": "abc", "dirty": True}, 0, " (uncommitted changes: commit the configs and this file)"),
+])
+def test_registration_note_names_what_to_commit(commit, new, expected):
+    from reproduce.runs.tables import registration_note
+
+    assert registration_note(commit, new) == expected

@@ -896,9 +896,19 @@ def register_tables(expanded: list[tuple[DictConfig, list[Cell]]]) -> None:
         new_claims, new_cells = registration.register(app.paths.tables_dir, app.table, app.scale.name,
                                                       seeds_at(app.table, app.scale.name), cells, commit)
         path = registration.path_of(app.paths.tables_dir, app.table.name, app.scale.name)
-        dirty = " (uncommitted changes: commit the configs and this file)" if commit.get("dirty") else ""
         print(f"repdegen: registered {new_claims} new claim definitions and {new_cells} new cells of {app.table.name} "
-              f"at {app.scale.name} in {path} at commit {str(commit.get('commit'))[:10]}{dirty}", flush=True)
+              f"at {app.scale.name} in {path} at commit {str(commit.get('commit'))[:10]}"
+              f"{registration_note(commit, new_claims + new_cells)}", flush=True)
+
+
+def registration_note(commit: dict, new: int) -> str:
+    """What the registration line says of a dirty tree: a changed config must be committed with the registration it
+    wrote; a tree dirty in rendered results only (an earlier step re-rendered a table) asks nothing of the user."""
+    if not commit.get("dirty"):
+        return ""
+    if only_results_changed(commit):
+        return " (uncommitted changes in results/ only" + ("; commit this file)" if new else ")")
+    return " (uncommitted changes: commit the configs and this file)"
 
 
 def all_table_names() -> list[str]:
