@@ -214,6 +214,45 @@ def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, 
     (results / "sanity" / "new.md").unlink()
 
 
+def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, monkeypatch):
+    """A second rendering and report at a later time, with nothing changed, leaves every file under results/ byte for
+    byte (no timestamp-only diff to commit); a changed input rewrites its page with the new time."""
+    import datetime as real_dt
+
+    import reproduce.runs.tables as tables_mod
+
+    results = tiny_results["results"]
+    _rerender_and_report(tiny_results)
+    before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
+
+    class Later(real_dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return real_dt.datetime(2099, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(tables_mod, "dt", type("dt", (), {"datetime": Later}))
+    monkeypatch.setattr(report, "_generated_line", lambda: "2099-01-02T03:04:05 at commit `later`.")
+    _rerender_and_report(tiny_results)
+    after = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    assert sorted(after) == sorted(before)
+    assert [p for p in before if before[p] != after[p]] == []
+
+    sanity = results / "sanity" / "s.md"
+    sanity.write_text(sanity.read_text() + "\nA NEW FINDING.\n")
+    _rerender_and_report(tiny_results)
+    more = (results / "more.md").read_text()
+    assert "A NEW FINDING." in more and "2099-01-02T03:04:05 at commit `later`." in more
+    assert (results / "README.md").read_bytes() == before[results / "README.md"]
+    table_md = results / "tables" / "inan2016_t1" / "smoke" / "table.md"
+    assert table_md.read_bytes() == before[table_md]  # its table did not change: its time stays
+    cells = json.loads((table_md.parent / "cells.json").read_text())
+    cells["meta"]["wall_time"] = "9h"  # a rendering that differs: the next render writes the new time
+    (table_md.parent / "cells.json").write_text(json.dumps(cells))
+    _rerender_and_report(tiny_results)
+    assert "Generated 2099-01-02T03:04:05." in table_md.read_text()
+    sanity.write_text(sanity.read_text().replace("\nA NEW FINDING.\n", ""))
+
+
 def test_slug_and_demote():
     assert report.slug("Inan & Khosravi (2016), Improved learning") == "inan--khosravi-2016-improved-learning"
     assert report.slug("`inan2016_t1` at scale `smoke`") == "inan2016_t1-at-scale-smoke"

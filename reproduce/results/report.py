@@ -14,8 +14,9 @@ To bring a ledger's runs into ``results/`` first, render the tables from it (no 
 more complete cells than the ledger is kept): ``make rerender`` (``python -m reproduce.table table=all
 scale=<scale> render_only=true`` for each scale).
 
-The README is idempotent: two runs give the same file except the ``Generated:`` line (date and commit). ``--check``
-compares the README with what the files under ``results/`` give now, ignoring the ``Generated:`` line.
+The README is idempotent: a page whose content did not change is left as it is, ``Generated:`` line (date and commit)
+included, so a second run changes no file. ``--check`` compares the README with what the files under ``results/`` give
+now, ignoring the ``Generated:`` line.
 
 A ``--results`` that is not a folder holding ``tables/``, or a file it reads that is corrupt (a truncated or reshaped
 ``cells.json``, ``claims.json``, benchmark JSON, a Markdown file that is not UTF-8), is one ``repdegen: error:`` line
@@ -691,12 +692,29 @@ def comparable(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.startswith(GENERATED_PREFIX.strip())]
 
 
-def write_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> Path:
-    """Write every generated page (build_pages) under ``results_dir``; returns the index, results/README.md."""
+def _same_page(path: Path, text: str) -> bool:
+    """Whether the page at ``path`` is ``text`` but for its Generated line (a missing or unreadable page is not)."""
+    try:
+        return comparable(Path(path).read_text()) == comparable(text)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def write_report(results_dir: Path, conf_dir: Path = CONF_DIR, written: list[str] | None = None) -> Path:
+    """Write every generated page (build_pages) under ``results_dir`` whose content changed; returns the index,
+    results/README.md. ``written``, when given, gets each page written (relative to results/) and then, last, the
+    number of pages as a string."""
     results_dir = Path(results_dir)
     pages = build_pages(results_dir, load_tables(conf_dir), _generated_line())
     for rel, text in pages.items():
-        atomic_write_bytes(results_dir / rel, lambda f, t=text: f.write(t.encode()))
+        path = results_dir / rel
+        if _same_page(path, text):
+            continue  # the same page but for its Generated line: left as it is (no timestamp-only diff to commit)
+        atomic_write_bytes(path, lambda f, t=text: f.write(t.encode()))
+        if written is not None:
+            written.append(rel)
+    if written is not None:
+        written.append(str(len(pages)))
     sync_status_line(results_dir.parent / "README.md", pages["README.md"])
     return results_dir / "README.md"
 
@@ -786,9 +804,16 @@ where next:
                 return 1
             print(f"repdegen: the pages under {args.results}/ are up to date")
             return 0
-        path = write_report(results)  # every page is built (every file read) before one is written
+        written: list[str] = []
+        path = write_report(results, written=written)  # every page is built (every file read) before one is written
     except UserError as err:  # a wrong --results, a corrupt rendering: one line, nothing written
         report_user_error(err)
         return EXIT_USER_ERROR
-    print(f"repdegen: wrote {path}")
+    *changed, total = written
+    if not changed:
+        print(f"repdegen: {path} and the {int(total) - 1} other pages under {args.results}/ are up to date: "
+              f"no page changed (a page's Generated line changes only with its content)")
+    else:
+        print(f"repdegen: wrote {len(changed)} of {total} pages under {args.results}/ ({', '.join(changed[:8])}"
+              f"{', ...' if len(changed) > 8 else ''}); the others had not changed")
     return 0

@@ -25,6 +25,7 @@ the embedding figures).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import os
 import signal
@@ -611,11 +612,9 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     # at paper scale each cell's provenance: its rows are built one by one, over sessions and machines
     provenance = [cell_provenance(r) for r in records] if scale in ARCHIVED_SCALES else []
     markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md, cells=provenance)
-    atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
+    latex = to_latex(t.title, columns, rows, meta, relative=relative, claims=claims_latex(verdicts, scale))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
     atomic_write_bytes(out / "claims.csv", lambda f: f.write(claims_csv(verdicts, scale).encode()))
-    atomic_write_bytes(out / "table.tex", lambda f: f.write(to_latex(t.title, columns, rows, meta, relative=relative,
-                                                                      claims=claims_latex(verdicts, scale)).encode()))
     # a row is (group, label); its seeds are one line (their mean) and a min-max band; at paper scale the paper's
     # validation PPL of each row is a line across its panel (a lite budget is not the paper's: no target there)
     targets = paper_valid_lines(t.rows, records, scale)
@@ -650,6 +649,12 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
         default = f"python -m reproduce.table table={t.name} scale={scale}"
         cells_record["command"] = training_command(out / "cells.json") or default
         cells_record["rendered_by"] = this_command
+    kept = unchanged_generated(out / "cells.json", cells_record)
+    if kept:  # the same rendering as the one there: keep its time, so the files stay as they are (nothing to commit)
+        markdown, latex = markdown.replace(meta["generated"], kept), latex.replace(meta["generated"], kept)
+        meta["generated"] = kept
+    atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
+    atomic_write_bytes(out / "table.tex", lambda f: f.write(latex.encode()))
     atomic_write_json(out / "cells.json", cells_record)
     if scale in ARCHIVED_SCALES:  # the records this rendering was made from, committed with it (reproduce/runs/archive.py)
         archived = archive_records(out, records, Path(app.paths.runs_dir))
@@ -681,6 +686,22 @@ def records_git(records: list[dict]) -> dict:
     if out["dirty"] and "?" not in changed:  # every dirty start says which files: keep them for the note
         out["changed"] = changed
     return out
+
+
+def unchanged_generated(path: Path, record: dict) -> str | None:
+    """The ``generated`` time of the rendering whose cells.json is at ``path`` when ``record`` (a new cells.json)
+    is the same in everything else; None when it differs, or there is none. A re-render of a table nothing changed
+    in (a lane's step over a complete cell, ``make rerender``) then leaves its files as they are: no diff that is
+    only a timestamp. "Generated" is the time the rendering last changed."""
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    stamp = old.get("meta", {}).get("generated") if isinstance(old, dict) and isinstance(old.get("meta"), dict) else None
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    same = json.loads(json.dumps({**record, "meta": {**record["meta"], "generated": stamp}}))
+    return stamp if same == old else None
 
 
 def record_gits(record: dict) -> list[dict]:
