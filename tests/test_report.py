@@ -214,7 +214,7 @@ def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, 
     (results / "sanity" / "new.md").unlink()
 
 
-def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, monkeypatch):
+def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, monkeypatch, capsys):
     """A second rendering and report at a later time, with nothing changed, leaves every file under results/ byte for
     byte (no timestamp-only diff to commit); a changed input rewrites its page with the new time."""
     import datetime as real_dt
@@ -250,7 +250,13 @@ def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, m
     (table_md.parent / "cells.json").write_text(json.dumps(cells))
     _rerender_and_report(tiny_results)
     assert "Generated 2099-01-02T03:04:05." in table_md.read_text()
+    capsys.readouterr()
+    assert report.main(["--results", str(results)]) == 0
+    assert "repdegen: no page under" in capsys.readouterr().out  # says nothing changed rather than "wrote"
     sanity.write_text(sanity.read_text().replace("\nA NEW FINDING.\n", ""))
+    assert report.main(["--results", str(results)]) == 0
+    said = capsys.readouterr().out
+    assert "wrote 1 page(s)" in said and "(more.md)" in said  # the sanity check's page, back without the finding
 
 
 def test_slug_and_demote():

@@ -702,8 +702,7 @@ def _same_page(path: Path, text: str) -> bool:
 
 def write_report(results_dir: Path, conf_dir: Path = CONF_DIR, written: list[str] | None = None) -> Path:
     """Write every generated page (build_pages) under ``results_dir`` whose content changed; returns the index,
-    results/README.md. ``written``, when given, gets each page written (relative to results/) and then, last, the
-    number of pages as a string."""
+    results/README.md. ``written``, when given, gets each page written (relative to results/)."""
     results_dir = Path(results_dir)
     pages = build_pages(results_dir, load_tables(conf_dir), _generated_line())
     for rel, text in pages.items():
@@ -713,8 +712,6 @@ def write_report(results_dir: Path, conf_dir: Path = CONF_DIR, written: list[str
         atomic_write_bytes(path, lambda f, t=text: f.write(t.encode()))
         if written is not None:
             written.append(rel)
-    if written is not None:
-        written.append(str(len(pages)))
     sync_status_line(results_dir.parent / "README.md", pages["README.md"])
     return results_dir / "README.md"
 
@@ -809,11 +806,10 @@ where next:
     except UserError as err:  # a wrong --results, a corrupt rendering: one line, nothing written
         report_user_error(err)
         return EXIT_USER_ERROR
-    *changed, total = written
-    if not changed:
-        print(f"repdegen: {path} and the {int(total) - 1} other pages under {args.results}/ are up to date: "
-              f"no page changed (a page's Generated line changes only with its content)")
+    if not written:
+        print(f"repdegen: no page under {args.results}/ changed ({path} and the others are up to date; a page's "
+              f"Generated line changes only with its content)")
     else:
-        print(f"repdegen: wrote {len(changed)} of {total} pages under {args.results}/ ({', '.join(changed[:8])}"
-              f"{', ...' if len(changed) > 8 else ''}); the others had not changed")
+        print(f"repdegen: wrote {len(written)} page(s) under {args.results}/ ({', '.join(written[:8])}"
+              f"{', ...' if len(written) > 8 else ''}); the others had not changed")
     return 0
