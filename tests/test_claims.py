@@ -26,6 +26,7 @@ from reproduce.results.claims import (
     table_metrics,
     tally,
     validate_claims,
+    verdict_record,
 )
 from reproduce.runs.tables import TableConfig, expand_cells, scale_names
 from reproduce.settings.config import CONF_DIR
@@ -250,6 +251,19 @@ def test_rendered_claims_show_mean_sd_margin_and_seed_counts():
     csv_text = claims_csv(verdicts, "lite")
     assert "100 102" in csv_text and "95 97" in csv_text and "holds" in csv_text and ",tie," in csv_text
     assert summary_line(verdicts, "t", "lite") == "repdegen: claims of t at lite: 1 ✓, 0 ✗, 1 ≈ (ties), 0 – of 2 decidable"
+
+
+def test_a_check_between_two_groups_rows_of_one_label_names_the_groups():
+    """Footnote 5's checks compare a model with itself in another group ("first session"): the label alone would
+    read "VD-LSTM+AL < VD-LSTM+AL"; with a label that differs, the label alone stays (the claim names the group)."""
+    t = make_table([claim(check("lower", row="B / Base", than="A / Base"), check("lower"))])
+    ours = {0: seeds_of([100.0]), 1: seeds_of([90.0]), 2: seeds_of([95.0])}
+    (v,) = run(t, ours, seeds=(1,))
+    same, other = (verdict_record(v)["checks"][i]["what"] for i in (0, 1))
+    assert same == "Test PPL: B / Base < A / Base"
+    assert other == "Test PPL: New < Base"
+    md = "\n".join(claims_markdown([v], "S", "lite", [1]))
+    assert "Test PPL: B / Base < A / Base: 100.0 → 95.0" in md
 
 
 # --------------------------------------------------------------------------------------------------

@@ -446,7 +446,10 @@ def describe_check(r: CheckResult) -> tuple[str, str, str]:
     from reproduce.results.render import _fmt
 
     c, m = r.check, r.check.metric
-    short = lambda ref: ref.split(" / ")[-1]  # noqa: E731  (the claim's text names the group)
+    # a row by its label alone (the claim's text names the group), unless both sides share the label (the same
+    # model in two groups, e.g. footnote 5's first-session rows): then each by its full "group / label"
+    same = c.than is not None and c.row.split(" / ")[-1] == c.than.split(" / ")[-1]
+    short = lambda ref: ref if same else ref.split(" / ")[-1]  # noqa: E731
     what = f"{metric(m).label}: {short(c.row)} {_relation_words(c)}" + (f" {short(c.than)}" if c.than else "")
     if c.than is not None:
         paper = (f"{_fmt(r.paper_than, m)} → {_fmt(r.paper_row, m)}" + _ratio_note(c, r.paper_row, r.paper_than)
