@@ -253,6 +253,19 @@ def test_rendered_claims_show_mean_sd_margin_and_seed_counts():
     assert summary_line(verdicts, "t", "lite") == "repdegen: claims of t at lite: 1 ✓, 0 ✗, 1 ≈ (ties), 0 – of 2 decidable"
 
 
+def test_a_metric_missing_from_a_record_is_named_apart_from_a_non_finite_one():
+    """A record rebuilt from a rendering (scripts/recover_records.py) lacks the metrics the table did not show: the
+    reason names the row whose record lacks it, not "not finite"; a NaN is "not finite"; the preset's seed (None) is
+    not written as "seed None"."""
+    t = make_table([claim(check("lower", row="A / New", than="A / Base"))])
+    (v,) = run(t, {0: {None: {}}, 1: {None: {"test_ppl": 90.0}}}, seeds=(None,))
+    assert v.state == UNDECIDED and v.checks[0].reason == "test_ppl is not in the record of A / Base"
+    (v,) = run(t, {0: {2: {"test_ppl": 100.0}}, 1: {2: {"test_ppl": float("nan")}}}, seeds=(2,))
+    assert v.checks[0].reason == "test_ppl is not finite (seed 2)"
+    (v,) = run(t, {0: {2: {}}, 1: {2: {}}}, seeds=(2,))
+    assert v.checks[0].reason == "test_ppl is not in the record of A / New and A / Base (seed 2)"
+
+
 def test_a_check_between_two_groups_rows_of_one_label_names_the_groups():
     """Footnote 5's checks compare a model with itself in another group ("first session"): the label alone would
     read "VD-LSTM+AL < VD-LSTM+AL"; with a label that differs, the label alone stays (the claim names the group)."""

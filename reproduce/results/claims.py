@@ -356,7 +356,10 @@ def evaluate_check(check: ClaimCheck, row: int, than: int | None, ours: dict[int
             return res
         a, b = a_rec.get(check.metric), (b_rec.get(check.metric) if than is not None else None)
         if not _finite(a) or (than is not None and not _finite(b)):
-            res.reason = f"{check.metric} is not finite for seed {s}"
+            seed = "" if s is None else f" (seed {s})"
+            unrecorded = [ref for ref, v in ((check.row, a), (check.than, b)) if ref is not None and v is None]
+            res.reason = (f"{check.metric} is not in the record of {' and '.join(unrecorded)}{seed}" if unrecorded
+                          else f"{check.metric} is not finite{seed}")
             return res
         res.row_values.append(float(a))
         if than is not None:
