@@ -16,7 +16,7 @@ import pytest
 from hydra import initialize_config_dir
 
 import reproduce.runs.tables as table_mod
-from reproduce.errors import UserError
+from reproduce.errors import ConfigError, UserError
 from reproduce.runs.archive import archive_records, archived_records, restore_records, restored_from
 from reproduce.settings.config import CONF_DIR
 from tests.test_table import compose_app
@@ -136,6 +136,31 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
         assert (out / "table.csv").read_text() == table and (out / "claims.csv").read_text() == claims
         md = (out / "table.md").read_text()
         assert md.count("` (recovered) |") == 2 and "rebuilt from the committed rendering" in md and moved.name in md
+
+        # one recovered cell trained again (retrain_recovered=true, its row named): its history comes back, its
+        # recovered record is kept beside the new one (ledger and archive), the other cell stays as it is
+        cell = table_mod.expand_cells(app)[0]
+        r = app.table.rows[cell.rows[0]]
+        app.retrain_recovered = True
+        for render_only, rows in ((True, [r.label]), (False, None)):  # it trains, and only the rows named
+            app.render_only, app.rows = render_only, rows
+            with pytest.raises(ConfigError, match="retrain_recovered=true"):
+                table_mod.run_table(app)
+        app.render_only, app.rows = False, [f"{r.group} / {r.label}" if r.group else r.label]
+        capsys.readouterr()
+        assert table_mod.run_table(app) == 0
+        said = capsys.readouterr().out
+        assert "1 recovered record(s) moved aside" in said and "1 cells, 0 already complete, 1 to run" in said
+        h, other = cell.config_hash, next(x for x in hashes if x != cell.config_hash)
+        new = json.loads((runs / h / "result.json").read_text())
+        assert new["status"] == "complete" and new["history"] and "recovered" not in new
+        assert json.loads((runs / h / "result.recovered.json").read_text())["recovered"]["from"]
+        assert json.loads((runs / other / "result.json").read_text())["recovered"]  # not named: left as it is
+        assert "recovered" not in json.loads((out / "records" / h / "result.json").read_text())
+        assert [json.loads(p.read_text()).get("recovered") is not None
+                for p in (out / "records" / h).glob("result.*.json")] == [True]
+        assert table_mod.run_table(app) == 0  # trained here now: not moved aside again
+        assert "0 recovered record(s) moved aside" in capsys.readouterr().out
 
 
 def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded(tmp_path, capsys):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 from core.files import atomic_write_json
@@ -119,6 +120,31 @@ def restore_records(tables_dir: Path, runs_dir: Path, cells: list, log=print) ->
             f"{record.get('started', '?')}); complete, not run again; its weights are not on this machine, so figures "
             f"that need them leave it out")
     return restored
+
+
+def retrain_recovered(runs_dir: Path, cells: list, log=print) -> list[str]:
+    """Move aside the ledger record of each of ``cells`` whose record was rebuilt from a rendering (``recovered``:
+    its history, its unshown metrics and its weights lost; :func:`recover_records`), so the cell trains again from
+    its first epoch: what the rendering cannot show without it (its curves, a metric the table did not show, a figure
+    that needs its weights). The record is kept as ``result.recovered.json`` in its run directory (and in the table's
+    ``records/``, where :func:`archive_records` files it beside the new run's once that completes). Any other record
+    (trained here, complete or partial) is left as it is. The hashes moved aside."""
+    moved = []
+    for cell in cells:
+        run = Path(runs_dir) / cell.config_hash
+        record = _read_json(run / "result.json")
+        if not isinstance(record, dict) or not record.get("recovered"):
+            continue
+        target, k = run / "result.recovered.json", 1
+        while target.exists():
+            target, k = run / f"result.recovered-{k}.json", k + 1
+        os.rename(run / "result.json", target)
+        (run / RESTORED_FILE).unlink(missing_ok=True)
+        moved.append(cell.config_hash)
+        log(f"repdegen: {cell.label} [{cell.config_hash}]: its record was recovered from "
+            f"{record['recovered'].get('from')} (no history, no weights): moved aside to {target} and trained again "
+            f"from its first epoch (retrain_recovered=true)")
+    return moved
 
 
 def restored_from(run_dir: Path) -> str | None:

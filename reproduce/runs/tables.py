@@ -63,6 +63,7 @@ from reproduce.runs.archive import (
     archived_records,
     restore_records,
     restored_from,
+    retrain_recovered,
 )
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
@@ -151,6 +152,10 @@ class TableAppConfig:
     # records/) of cells the ledger lacks (a work tree, ledger included, lost between sessions): they count as
     # complete and are not trained again (reproduce/runs/archive.py). Off: a fresh clone trains every cell
     restore: bool = False
+    # train again the cells of the rows ``rows`` names whose ledger record was recovered from a rendering (no
+    # history, no weights, only the metrics the table showed: reproduce/runs/archive.py, retrain_recovered); their
+    # recovered record is kept beside the new run. Needs rows=: a paper cell is hours of training
+    retrain_recovered: bool = False
     # pre-register the table's claims and cells at this scale (results/tables/<t>/<scale>/registration.json) and
     # stop: commit that file before the cells run (reproduce/runs/registration.py); a run registers them too
     register_only: bool = False
@@ -830,6 +835,9 @@ def run_tables(apps: list[DictConfig]) -> int:
     runs once), then render each table; return the number of cells that did not complete."""
     start = time.time()
     validate_launch(apps[0].launch)  # before anything is registered or run
+    if apps[0].get("retrain_recovered") and (apps[0].render_only or any(a.get("rows") is None for a in apps)):
+        raise ConfigError("retrain_recovered=true trains finished cells again (hours each at paper): name their rows "
+                          "(rows='[\"<group> / <label>\"]'), and not with render_only=true, which trains nothing")
     expanded = [(app, expand_cells(app)) for app in apps]
     asked = [{c.config_hash: c for c in selected_cells(app, cells)} for app, cells in expanded]
     unique: dict[str, Cell] = {}
@@ -851,6 +859,10 @@ def run_tables(apps: list[DictConfig]) -> int:
         restored = restore_records(Path(first.paths.tables_dir), ledger.root, list(every.values()))
         print(f"repdegen: restore=true: {len(restored)} run record(s) restored into {ledger.root} from "
               f"{first.paths.tables_dir}/*/*/{ARCHIVE_DIR}/")
+    if first.get("retrain_recovered"):
+        moved = retrain_recovered(ledger.root, list(unique.values()))
+        print(f"repdegen: retrain_recovered=true: {len(moved)} recovered record(s) moved aside; "
+              f"{'those cells train' if moved else 'nothing to train'} again")
     if first.render_only:
         run_status: dict[str, str] = {}
         for h in unique:
