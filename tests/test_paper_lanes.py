@@ -17,11 +17,12 @@ from reproduce.runs.tables import runs_at
 from reproduce.settings.config import CONF_DIR
 
 LANES = Path(__file__).resolve().parents[1] / "scripts" / "paper_lanes.sh"
-STEP = re.compile(r'^\s*row (\S+) "([^"]+)"\s*$')
+STEP = re.compile(r'^\s*row (\S+) "([^"]+)"((?:\s+\S+)*)\s*$')
 
 
-def lane_steps() -> list[tuple[str, str]]:
-    return [m.groups() for line in LANES.read_text().splitlines() if (m := STEP.match(line))]
+def lane_steps(extra: bool = False) -> list[tuple]:
+    steps = [m.groups() for line in LANES.read_text().splitlines() if (m := STEP.match(line))]
+    return [(t, r, tuple(x.split())) for t, r, x in steps] if extra else [(t, r) for t, r, _ in steps]
 
 
 def test_every_lane_step_names_a_paper_row_once():
@@ -32,6 +33,20 @@ def test_every_lane_step_names_a_paper_row_once():
         conf = OmegaConf.load(CONF_DIR / "table" / f"{table}.yaml")
         row = conf.rows[resolve_row(conf, ref, "rows=")]  # a ConfigError naming the rows if it is not one
         assert runs_at(row, "paper"), f"{table}: {ref!r} does not run at paper"
+
+
+def test_a_steps_more_arguments_are_table_options():
+    """A step may add arguments (the retrain of a recovered cell: retrain_recovered=true); each must be a key of the
+    table command's config, or the step would stop the lane with an error hours into its queue."""
+    from reproduce.runs.tables import TableAppConfig
+
+    keys = set(TableAppConfig.__dataclass_fields__)
+    extras = [x for _, _, more in lane_steps(extra=True) for x in more]
+    assert "retrain_recovered=true" in extras
+    for x in extras:
+        assert "=" in x and x.split("=", 1)[0] in keys, f"{x!r} is not an option of reproduce.table"
+    retrain = [line for line in _queued("S") if "retrain_recovered=true" in line]
+    assert len(retrain) == 1 and 'rows=["Small (200 units) / VD-LSTM"]' in retrain[0]
 
 
 def test_a_misspelt_row_is_caught():
