@@ -238,3 +238,20 @@ def test_the_listing_shows_a_paper_runs_target_beside_its_valid_ppl(tmp_path, ca
     out = capsys.readouterr().out
     assert "valid PPL 208.80 (the paper's final: 92.60), best" in out
     assert "valid PPL 300.00, best" in out
+
+
+def test_a_cell_trained_again_after_its_record_was_recovered_says_so(tmp_path, capsys):
+    """``retrain_recovered=true`` moves a recovered record aside to result.recovered.json: the listing of the new run
+    names that file and the numbers it held; a recovered record itself (not yet trained again) does not."""
+    run = _write(tmp_path, "aaaa", "running", [_epoch(1, 300.0)])
+    (run / "result.recovered.json").write_text(json.dumps(
+        {"status": "complete", "recovered": {"from": "t.csv"}, "metrics": {"final": {"valid_ppl": 92.44, "x": 1}}}))
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("trained again (retrain_recovered=true): the recovered record is kept in result.recovered.json "
+            "(final valid_ppl 92.44)") in out
+    rec = json.loads((run / "result.json").read_text())
+    rec["recovered"] = {"from": "t.csv"}
+    (run / "result.json").write_text(json.dumps(rec))
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    assert "trained again" not in capsys.readouterr().out

@@ -195,6 +195,7 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
                      "state": state, "facts": facts, "resume": resume, "running_s": since_start(record),
                      "paper_valid_ppl": paper_valid_targets(record, tables_dir),
                      "restored": restored_line(record, run_dir),
+                     "retrain_of": retrained_line(record, run_dir),
                      "error": record.get("error") if state == "failed" else None})
     rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
     return rows
@@ -212,6 +213,24 @@ def restored_line(record: dict, run_dir: Path) -> str | None:
     what = ("record recovered from the committed rendering, its history lost" if record.get("recovered")
             else "its weights are not on this machine")
     return f"restored from {source} ({what})" + (f"; final {shown}" if shown else "")
+
+
+def retrained_line(record: dict, run_dir: Path) -> str | None:
+    """For a cell trained again after its record was recovered (``retrain_recovered=true``): where the recovered
+    record was kept and the numbers it held; None for the others."""
+    if record.get("recovered"):
+        return None
+    kept = sorted(Path(run_dir).glob("result.recovered*.json"))
+    if not kept:
+        return None
+    try:
+        old = json.loads(kept[-1].read_text())
+    except (OSError, ValueError):
+        old = {}
+    final = ((old.get("metrics") or {}).get("final") or {}) if isinstance(old, dict) else {}
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in final.items() if k.endswith("_ppl") and isinstance(v, (int, float)))
+    return (f"trained again (retrain_recovered=true): the recovered record is kept in {kept[-1].name}"
+            + (f" (final {shown})" if shown else ""))
 
 
 def format_row(row: dict) -> str:
@@ -246,6 +265,8 @@ def format_row(row: dict) -> str:
     lines = [head, "    " + body]
     if f is not None and row.get("restored"):
         lines.append("    " + row["restored"])
+    if row.get("retrain_of"):
+        lines.append("    " + row["retrain_of"])
     if row.get("error"):
         lines.append(f"    error: {row['error']}")
     if row.get("resume"):
