@@ -201,6 +201,12 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
     return rows
 
 
+def _final_ppls(record: dict) -> str:
+    """The PPLs of a record's final metrics, "valid_ppl 92.44, test_ppl 87.81" ("" when it holds none)."""
+    final = (record.get("metrics") or {}).get("final") or {}
+    return ", ".join(f"{k} {v:.2f}" for k, v in final.items() if k.endswith("_ppl") and isinstance(v, (int, float)))
+
+
 def restored_line(record: dict, run_dir: Path) -> str | None:
     """How a run restored from a table's archived records is listed (reproduce/runs/archive.py); None for the others."""
     from reproduce.runs.archive import restored_from
@@ -208,8 +214,7 @@ def restored_line(record: dict, run_dir: Path) -> str | None:
     source = restored_from(run_dir)
     if source is None:
         return None
-    final = (record.get("metrics") or {}).get("final") or {}
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in final.items() if k.endswith("_ppl") and isinstance(v, (int, float)))
+    shown = _final_ppls(record)
     what = ("record recovered from the committed rendering, its history lost" if record.get("recovered")
             else "its weights are not on this machine")
     return f"restored from {source} ({what})" + (f"; final {shown}" if shown else "")
@@ -227,8 +232,7 @@ def retrained_line(record: dict, run_dir: Path) -> str | None:
         old = json.loads(kept[-1].read_text())
     except (OSError, ValueError):
         old = {}
-    final = ((old.get("metrics") or {}).get("final") or {}) if isinstance(old, dict) else {}
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in final.items() if k.endswith("_ppl") and isinstance(v, (int, float)))
+    shown = _final_ppls(old) if isinstance(old, dict) else ""
     return (f"trained again (retrain_recovered=true): the recovered record is kept in {kept[-1].name}"
             + (f" (final {shown})" if shown else ""))
 
