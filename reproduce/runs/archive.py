@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 from pathlib import Path
 
 from core.files import atomic_write_json
@@ -122,6 +123,31 @@ def restore_records(tables_dir: Path, runs_dir: Path, cells: list, log=print) ->
     return restored
 
 
+RECOVERED_FILE = "result.recovered.json"
+
+
+def _recovered_number(path: Path) -> int | None:
+    if path.name == RECOVERED_FILE:
+        return 0
+    m = re.fullmatch(r"result\.recovered-(\d+)\.json", path.name)
+    return int(m.group(1)) if m else None
+
+
+def kept_recovered(run_dir: Path) -> list[Path]:
+    """The recovered records :func:`retrain_recovered` moved aside in ``run_dir``, oldest first: ``result.recovered.json``,
+    then ``result.recovered-1.json``, ``-2``, ... in the order of their number (not of their names, where ``-10``
+    would sort before ``-2`` and every ``-k`` before the unnumbered first)."""
+    found = [(_recovered_number(p), p) for p in Path(run_dir).glob("result.recovered*.json")]
+    return [p for n, p in sorted((n, p) for n, p in found if n is not None)]
+
+
+def _next_recovered(run_dir: Path) -> Path:
+    kept = kept_recovered(run_dir)
+    if not kept:
+        return Path(run_dir) / RECOVERED_FILE
+    return Path(run_dir) / f"result.recovered-{_recovered_number(kept[-1]) + 1}.json"
+
+
 def retrain_recovered(runs_dir: Path, cells: list, log=print) -> list[str]:
     """Move aside the ledger record of each of ``cells`` whose record was rebuilt from a rendering (``recovered``:
     its history, its unshown metrics and its weights lost; :func:`recover_records`), so the cell trains again from
@@ -135,9 +161,7 @@ def retrain_recovered(runs_dir: Path, cells: list, log=print) -> list[str]:
         record = _read_json(run / "result.json")
         if not isinstance(record, dict) or not record.get("recovered"):
             continue
-        target, k = run / "result.recovered.json", 1
-        while target.exists():
-            target, k = run / f"result.recovered-{k}.json", k + 1
+        target = _next_recovered(run)
         os.rename(run / "result.json", target)
         (run / RESTORED_FILE).unlink(missing_ok=True)
         moved.append(cell.config_hash)

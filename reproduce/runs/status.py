@@ -22,6 +22,7 @@ from pathlib import Path
 from core.errors import CorruptFile
 from core.files import output_problem
 from reproduce.errors import EXIT_USER_ERROR
+from reproduce.runs.archive import kept_recovered
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger, read_record
 
 EPILOG = """\
@@ -222,10 +223,11 @@ def restored_line(record: dict, run_dir: Path) -> str | None:
 
 def retrained_line(record: dict, run_dir: Path) -> str | None:
     """For a cell trained again after its record was recovered (``retrain_recovered=true``): where the recovered
-    record was kept and the numbers it held; None for the others."""
+    record was kept (the latest, when it was trained again more than once) and the numbers it held; None for the
+    others."""
     if record.get("recovered"):
         return None
-    kept = sorted(Path(run_dir).glob("result.recovered*.json"))
+    kept = kept_recovered(Path(run_dir))
     if not kept:
         return None
     try:
