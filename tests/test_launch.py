@@ -365,11 +365,21 @@ def test_epoch_progress_line_of_a_running_cell():
                            "valid_seconds": 20.0} for e, p in ((1, 200.0), (2, 150.0))]}
     assert epoch_progress(record) == ("epoch 2/10 of session 1/2, valid PPL 150.00 | 2m00s an epoch | at most 36m00s "
                                       "left, or sooner by early stopping")
-    # one session, no early stopping, records from before valid_seconds existed
-    record = {"config": {"trainer": {"max_epochs": 13}},
-              "history": [{"stage": "train", "epoch": 4, "valid_ppl": 130.0, "epoch_seconds": 60.0},
-                          {"stage": "finetune", "epoch": 1, "valid_ppl": 129.0, "epoch_seconds": 60.0}]}
+    # one session, no early stopping, records from before valid_seconds existed: (13 - 4) epochs x 60 s
+    train = [{"stage": "train", "epoch": 4, "valid_ppl": 130.0, "epoch_seconds": 60.0}]
+    record = {"config": {"trainer": {"max_epochs": 13}}, "history": train}
     assert epoch_progress(record) == "epoch 4/13, valid PPL 130.00 | 1m00s an epoch | at most 9m00s left"
+    # finetuning ahead (AWD-LSTM's finetune.py, 10 epochs at most): (13 - 4) + 10 epochs x 60 s
+    record = {"config": {"trainer": {"max_epochs": 13, "finetune_epochs": 10}}, "history": train}
+    assert epoch_progress(record) == ("epoch 4/13, valid PPL 130.00 | 1m00s an epoch | at most 19m00s left "
+                                      "(finetuning's 10 epochs included), or sooner by finetuning's non-monotone "
+                                      "trigger")
+    # in finetuning (training ended at epoch 4), its epochs at 90 s: (10 - 3) x 90 s, its own validation PPL
+    record["history"] = train + [{"stage": "finetune", "epoch": e, "valid_ppl": 130.0 - e, "epoch_seconds": 90.0}
+                                 for e in (1, 2, 3)]
+    assert epoch_progress(record) == ("epoch 4/13, finetune epoch 3/10, valid PPL 127.00 | 1m30s an epoch | at most "
+                                      "10m30s left, or sooner when validation stops improving (finetuning's "
+                                      "non-monotone trigger)")
     assert epoch_progress({"config": {}, "history": []}) is None
 
 

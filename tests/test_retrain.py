@@ -135,3 +135,42 @@ def test_a_retraining_session_is_not_stopped_by_the_first_sessions_best(compose_
         (1, 5.0), (1, 4.0), (1, 4.1), (1, 4.2), (2, 4.5), (2, 4.4), (2, 4.6), (2, 4.7)]
     m = rec["metrics"]
     assert m["final"]["valid_nll"] == pytest.approx(m["session1"]["valid_nll"], rel=1e-9)  # the same weights
+
+
+def test_stopped_in_finetuning_after_a_retrain_resumes_to_the_same_result(compose_cfg, tmp_path):
+    """Re-training sessions, then AWD-LSTM's finetuning: a run stopped inside finetuning goes on from its own
+    checkpointed weights, not from the first session's best (which the per-session metrics load)."""
+    from .test_train import AWD_SMOKE
+
+    args = (*AWD_SMOKE, "scale.max_epochs=2", "trainer.finetune_epochs=3", "optim.nonmono=0",
+            "trainer.retrain_sessions=1")
+    straight = train(compose_cfg(*args, output_dir=tmp_path / "a"))
+    assert [h["stage"] for h in straight["history"]][4:6] == ["finetune", "finetune"]  # stopped after the 1st
+    stopped = train(compose_cfg(*args, "trainer.stop_after_epochs=5", output_dir=tmp_path / "b"))
+    assert stopped["status"] == "interrupted" and [h["stage"] for h in stopped["history"]][-1] == "finetune"
+    resumed = train(compose_cfg(*args, "trainer.resume=true", output_dir=tmp_path / "b"))
+    assert final_numbers(resumed) == final_numbers(straight)  # bit-identical on the CPU
+    assert history_numbers(resumed) == history_numbers(straight)
+
+
+def test_a_run_started_over_sets_the_earlier_starts_session_weights_aside(compose_cfg, tmp_path):
+    """Started over (its checkpoint moved aside, as a corrupt checkpoint's error says), a run's session 2 starts
+    from its own best weights: the earlier start's best_session1.pt is renamed, kept, not reused."""
+    stopped = train(compose_cfg(*RETRAIN, "trainer.stop_after_epochs=4"))
+    run = tmp_path / "out" / "runs" / stopped["config_hash"]
+    earlier = (run / "best_session1.pt").read_bytes()
+    (run / "checkpoint.pt").rename(run / "checkpoint.pt.bad")
+    again = train(compose_cfg(*RETRAIN, "trainer.stop_after_epochs=2"))
+    assert again["status"] == "interrupted"
+    kept = sorted(run.glob("best_session1.earlier-*.pt"))
+    assert len(kept) == 1 and kept[0].read_bytes() == earlier
+    assert not (run / "best_session1.pt").exists()  # the new start has not reached its second session yet
+
+
+def test_retrain_sessions_refuse_what_does_not_restart_with_them(compose_cfg):
+    """Checkpoint averaging and update-counted budgets or schedules do not restart with a re-training session:
+    one clear error naming the setting."""
+    for extra, key in ((("trainer.average_last=2",), "trainer.average_last=2"),
+                       (("trainer.max_updates=50",), "trainer.max_updates=50")):
+        with pytest.raises(ConfigError, match=rf"retrain_sessions=1 with {key}: .* Set trainer.retrain_sessions=0"):
+            finalize(compose_cfg(*RETRAIN, *extra))

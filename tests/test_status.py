@@ -274,3 +274,12 @@ def test_a_cell_trained_again_twice_names_its_latest_recovered_record(tmp_path, 
     assert main(["--runs-dir", str(tmp_path)]) == 0
     assert ("the recovered record is kept in result.recovered-10.json (final valid_ppl 93.00)"
             in capsys.readouterr().out)
+
+
+def test_a_nan_validation_loss_is_never_a_new_best():
+    """keep_if_best: a NaN validation NLL saves nothing (``NaN >= best`` is False, so a test of ``val >= best`` would
+    keep it, and every later epoch would then beat a NaN best)."""
+    from reproduce.engine.stages import keep_if_best
+
+    assert keep_if_best(None, float("nan"), 5.0, "best.pt") is False
+    assert keep_if_best(None, 5.0, 5.0, "best.pt") is False

@@ -35,7 +35,7 @@ INIT_EMBEDDING = "init_embedding.pt"
 
 def keep_if_best(tr, val: float, best: float, name: str) -> bool:
     """Save the weights validation saw (ASGD's averages, if averaging) when ``val`` beats ``best``."""
-    if val >= best:
+    if not val < best:  # NaN: never a new best (it would make every later epoch "better")
         return False
     with averaged_weights(tr.params, tr.optimizer):
         tr.save_weights(name)
@@ -243,12 +243,12 @@ def run_stages(tr) -> dict:
     while tr.state.stage == "trained" and tr.state.session < sessions:
         start_next_session(tr)
         train_stage(tr)
+    if tr.t.finetune_epochs > 0 and tr.state.stage in ("trained", "finetune"):
+        finetune_stage(tr)  # before the metrics below load other weights: a resumed finetune goes on from its own
     stages = {}
     if sessions > 1:  # each earlier session's own result (Inan 2017 Table 1 small: footnote 5's effect)
         for n in range(1, sessions):
             stages[f"session{n}"] = final_metrics(tr, session_weights(n))
-    if tr.t.finetune_epochs > 0 and tr.state.stage in ("trained", "finetune"):
-        finetune_stage(tr)
     stages["final"] = final_metrics(tr, final_weights(tr))
     last = "best.pt"
     if tr.t.finetune_epochs > 0:

@@ -10,7 +10,9 @@ import contextlib
 import datetime as dt
 import io
 import math
+import re
 import time
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -160,8 +162,28 @@ def _preflight(cfg: DictConfig, h: str, ledger: Ledger, resume: bool) -> dict | 
         else:  # the record a start writes before its first epoch (stopped before any checkpoint): nothing in it
             (run_dir / "result.json").unlink()
         previous = None
+    if not checkpoint.is_file():
+        set_aside_earlier_sessions(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return previous
+
+
+def set_aside_earlier_sessions(run_dir: Path) -> list[Path]:
+    """A run that starts over (no checkpoint) next to the session weights of an earlier start
+    (``best_session<n>.pt``, trainer.retrain_sessions): renamed ``best_session<n>.earlier-<time>.pt``, so the new
+    run's next session starts from its own best weights, not from the earlier start's. The new names."""
+    found = [p for p in Path(run_dir).glob("best_session*.pt") if re.fullmatch(r"best_session\d+\.pt", p.name)]
+    if not found:
+        return []
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for p in sorted(found):
+        target = p.with_name(f"{p.stem}.earlier-{stamp}.pt")
+        p.rename(target)
+        moved.append(target)
+    print(f"repdegen: {run_dir} starts over: the session weights of its earlier start are kept aside as "
+          f"{', '.join(t.name for t in moved)}", flush=True)
+    return moved
 
 
 def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:

@@ -49,7 +49,7 @@ from core.loaders import load_run_record
 from reproduce.engine.progress import is_terminal
 from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
-from reproduce.runs.status import _fmt_seconds, epoch_facts
+from reproduce.runs.status import _fmt_seconds, epoch_facts, progress_left, progress_where
 
 # what each exit status of `python -m reproduce.runs.launch <cell.yaml>` means for its cell (reproduce.errors)
 EXIT_NAMES = {EXIT_OK: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
@@ -142,16 +142,13 @@ def take_distinct(free: list[int], need: int) -> tuple[list[int], list[int]]:
 def epoch_progress(record: dict) -> str | None:
     """One line on a running cell from its ``result.json`` (rewritten after every epoch): the epoch it finished, of
     how many, its validation PPL, the time an epoch takes and the time left at most (every epoch up to
-    ``trainer.max_epochs`` in every training session; early stopping may end it sooner). None before the first epoch."""
+    ``trainer.max_epochs`` in every training session, then finetuning's; early stopping may end it sooner). None
+    before the first epoch."""
     f = epoch_facts(record)
     if f is None:
         return None
-    where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f" of session {f['session']}/{f['sessions']}"
-                                                       if f["sessions"] > 1 else "")
     valid = f", valid PPL {f['valid_ppl']:.2f}" if f["valid_ppl"] is not None else ""
-    early = ", or sooner by early stopping" if f["patience"] is not None else ""
-    return (f"{where}{valid} | {_fmt_seconds(f['epoch_seconds'])} an epoch | at most "
-            f"{_fmt_seconds(f['seconds_left_at_most'])} left{early}")
+    return f"{progress_where(f, ' of session ')}{valid} | {_fmt_seconds(f['epoch_seconds'])} an epoch | {progress_left(f)}"
 
 
 class Progress:
@@ -167,7 +164,9 @@ class Progress:
                         dynamic_ncols=True, leave=True)
 
     def eta(self) -> str:
-        done = [j for j in self.jobs if j.finished is not None and j.started is not None]
+        # cells that trained to the end here: a quick exit (a bad setting, a stop, a cell trained elsewhere) says
+        # nothing of how long the others take
+        done = [j for j in self.jobs if j.status == "complete" and j.finished is not None and j.started is not None]
         if not done:
             return "?"
         mean = sum(j.finished - j.started for j in done) / len(done)

@@ -54,7 +54,8 @@ _INT, _NUMBER = (int,), (int, float)
 RECORD_FIELDS = {"label": ((str,), "a string", None), "scale": ((str,), "a string", None)}
 TRAINER_FIELDS = {"max_epochs": (_INT, "an integer >= 0 or null", 0),
                   "retrain_sessions": (_INT, "an integer >= 0 or null", 0),
-                  "early_stopping": (_INT, "an integer >= 0 or null", 0)}
+                  "early_stopping": (_INT, "an integer >= 0 or null", 0),
+                  "finetune_epochs": (_INT, "an integer >= 0 or null", 0)}
 HISTORY_FIELDS = {"stage": ((str,), "a string", None), "epoch": (_INT, "an integer >= 0", 0),
                   "session": (_INT, "an integer >= 1", 1), "epoch_seconds": (_NUMBER, "a number >= 0", 0),
                   "valid_seconds": (_NUMBER, "a number >= 0", 0), "valid_ppl": (_NUMBER, "a number or null", None),
@@ -104,28 +105,39 @@ def epoch_facts(record: dict, path: str | Path = "the run record", fix: str = "r
                 ) -> dict | None:
     """A run's progress from its record: the last training epoch, its session, the epoch time (median of the last
     5, validation included: one epoch stretched by a stop, a pause or a restart does not move it), the epochs left
-    at most (every epoch up to ``trainer.max_epochs`` in every training session; early stopping may end it sooner)
-    and the best validation PPL so far. None before the first epoch. A record whose fields are not of their types
-    raises :class:`CorruptFile` (:func:`check_progress`: naming ``path`` and ``fix``)."""
+    at most (every epoch up to ``trainer.max_epochs`` in every training session, then every one of
+    ``trainer.finetune_epochs``; early stopping, and finetuning's non-monotone trigger, may end it sooner) and the best
+    validation PPL so far; in the finetune stage (AWD-LSTM's finetune.py) also its epoch. None before the first
+    epoch. A record whose fields are not of their types raises :class:`CorruptFile` (:func:`check_progress`: naming
+    ``path`` and ``fix``)."""
     check_progress(record, path, fix)
-    history = [h for h in record.get("history") or [] if h.get("stage", "train") == "train"]
+    every = record.get("history") or []
+    history = [h for h in every if h.get("stage", "train") == "train"]
     if not history:
         return None
+    finetune = [h for h in every if h.get("stage") == "finetune"]
     trainer = (record.get("config") or {}).get("trainer") or {}
     max_epochs = int(trainer.get("max_epochs") or 0)
+    finetune_epochs = int(trainer.get("finetune_epochs") or 0)
     sessions = int(trainer.get("retrain_sessions") or 0) + 1
     last = history[-1]
     session = int(last.get("session", 1))
-    seconds = [h["epoch_seconds"] + h.get("valid_seconds", 0.0) for h in history if "epoch_seconds" in h]
+    timed = finetune or history  # the stage running now sets the pace
+    seconds = [h["epoch_seconds"] + h.get("valid_seconds", 0.0) for h in timed if "epoch_seconds" in h]
     per_epoch = statistics.median(seconds[-5:]) if seconds else 0.0
-    left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs
+    if finetune:
+        left = max(finetune_epochs - int(finetune[-1]["epoch"]), 0)
+    else:
+        left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs + finetune_epochs
     this_session = [h for h in history if int(h.get("session", 1)) == session and _number(h.get("valid_ppl"))]
     best = min(this_session, key=lambda h: h["valid_ppl"]) if this_session else None
     # the earlier sessions' best: the weights kept unless this session beats them (footnote 5's re-training)
     earlier = [h for h in history if int(h.get("session", 1)) < session and _number(h.get("valid_ppl"))]
     kept = min(earlier, key=lambda h: h["valid_ppl"]) if earlier else None
+    now = finetune[-1] if finetune else last
     return {"epoch": int(last["epoch"]), "max_epochs": max_epochs, "session": session, "sessions": sessions,
-            "valid_ppl": last.get("valid_ppl") if _number(last.get("valid_ppl")) else None,
+            "valid_ppl": now.get("valid_ppl") if _number(now.get("valid_ppl")) else None,
+            "finetune_epoch": int(finetune[-1]["epoch"]) if finetune else None, "finetune_epochs": finetune_epochs,
             "epoch_seconds": per_epoch, "epochs_left_at_most": left, "seconds_left_at_most": left * per_epoch,
             "best_valid_ppl": best["valid_ppl"] if best else None, "best_epoch": int(best["epoch"]) if best else None,
             "since_best": int(last["epoch"]) - int(best["epoch"]) if best else None,
@@ -133,6 +145,27 @@ def epoch_facts(record: dict, path: str | Path = "the run record", fix: str = "r
             "earlier_best_valid_ppl": kept["valid_ppl"] if kept else None,
             "earlier_best_session": int(kept.get("session", 1)) if kept else None,
             "earlier_best_epoch": int(kept["epoch"]) if kept else None}
+
+
+def progress_where(f: dict, session_joint: str = ", session ") -> str:
+    """Where a run is, from :func:`epoch_facts`: "epoch 4/100" (", session 2/2"; ", finetune epoch 3/750")."""
+    where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f"{session_joint}{f['session']}/{f['sessions']}"
+                                                       if f["sessions"] > 1 else "")
+    if f.get("finetune_epoch") is not None:
+        where += f", finetune epoch {f['finetune_epoch']}/{f['finetune_epochs']}"
+    return where
+
+
+def progress_left(f: dict) -> str:
+    """The time left at most, from :func:`epoch_facts`, and what may end the run sooner."""
+    if f.get("finetune_epoch") is not None:
+        sooner = ", or sooner when validation stops improving (finetuning's non-monotone trigger)"
+    elif f.get("finetune_epochs"):
+        sooner = (f" (finetuning's {f['finetune_epochs']} epochs included), or sooner by "
+                  f"{'early stopping and ' if f['patience'] is not None else ''}finetuning's non-monotone trigger")
+    else:
+        sooner = ", or sooner by early stopping" if f["patience"] is not None else ""
+    return f"at most {_fmt_seconds(f['seconds_left_at_most'])} left{sooner}"
 
 
 def _number(x) -> bool:
@@ -250,8 +283,7 @@ def format_row(row: dict) -> str:
         body = "no epoch finished yet" + (f" (started {_fmt_seconds(row['running_s'])} ago)"
                                           if row.get("running_s") is not None else "")
     else:
-        where = f"epoch {f['epoch']}/{f['max_epochs']}" + (f", session {f['session']}/{f['sessions']}"
-                                                            if f["sessions"] > 1 else "")
+        where = progress_where(f)
         valid = f", valid PPL {f['valid_ppl']:.2f}" if f["valid_ppl"] is not None else ""
         if row.get("paper_valid_ppl") is not None:
             valid += f" (the paper's final: {row['paper_valid_ppl']:.2f})"
@@ -265,8 +297,7 @@ def format_row(row: dict) -> str:
                      f"{f['earlier_best_epoch']}) stays the result unless this session beats it")
         timing = f" | {_fmt_seconds(f['epoch_seconds'])} an epoch"
         if row["state"] != STATUS_COMPLETE:
-            early = ", or sooner by early stopping" if f["patience"] is not None else ""
-            timing += f" | at most {_fmt_seconds(f['seconds_left_at_most'])} left{early}"
+            timing += f" | {progress_left(f)}"
         body = where + valid + best + timing
     lines = [head, "    " + body]
     if f is not None and row.get("restored"):

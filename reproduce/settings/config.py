@@ -492,6 +492,18 @@ def _check_data_model(cfg: DictConfig) -> None:
                                   for b in betas):
         raise ConfigError(f"optim.betas={betas!r}: expected two numbers in [0, 1) (Adam's decay rates of the first "
                           f"and second moments); set optim.betas=[0.9,0.999]")
+    if t.get("retrain_sessions", 0) > 0:  # each session restarts the schedule by epoch, from the last one's best
+        clash = {"trainer.average_last": t.average_last if t.average_last > 1 else None,
+                 "trainer.max_updates": t.max_updates,
+                 "optim.schedule": cfg.optim.schedule if cfg.optim.schedule == "inverse_sqrt" else None}
+        clash = {k: v for k, v in clash.items() if v is not None}
+        if clash:
+            key, value = next(iter(clash.items()))
+            raise ConfigError(
+                f"trainer.retrain_sessions={t.retrain_sessions} with {key}={value}: a re-training session (Inan et al. "
+                f"2017, footnote 5) restarts an epoch-based schedule from the previous session's best weights; "
+                f"checkpoint averaging and update-counted budgets or schedules do not restart with it. Set "
+                f"trainer.retrain_sessions=0, or use the default of {key}")
     min_delta = t.get("early_stopping_min_delta", 0.0)
     if min_delta and t.get("early_stopping_on", "valid") != "train":
         raise ConfigError(f"trainer.early_stopping_min_delta={min_delta} applies to trainer.early_stopping_on=train only "
