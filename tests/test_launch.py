@@ -309,6 +309,34 @@ def test_a_run_is_locked_while_it_trains(tmp_path):
         pass
 
 
+def _probe_lock(root: str, ready, seconds: float) -> None:
+    """What Ledger.holder() does (a shared lock, to see whether a live process holds the run), held longer."""
+    import fcntl
+    import os
+    import time
+
+    fd = os.open(Path(root) / "abc" / ".lock", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    ready.set()
+    time.sleep(seconds)
+    os.close(fd)
+
+
+def test_a_status_probe_of_the_lock_does_not_make_a_start_fail(tmp_path):
+    """A start that meets holder()'s momentary shared lock (a status listing, the scheduler) waits it out (up to
+    ~1 s) instead of failing as "locked" by whichever process last wrote the lock file."""
+    with Ledger(tmp_path).lock("abc"):  # the lock file exists, naming an earlier (now finished) holder
+        pass
+    ctx = mp.get_context("fork")
+    ready = ctx.Event()
+    probe = ctx.Process(target=_probe_lock, args=(str(tmp_path), ready, 0.2))
+    probe.start()
+    assert ready.wait(30)
+    with Ledger(tmp_path).lock("abc"):
+        assert Ledger(tmp_path).holder("abc") is not None  # held by this process now
+    probe.join(30)
+
+
 @pytest.mark.parametrize("papers", [("inan", "gao"), ("yu",)])
 def test_every_table_completes_at_smoke(papers, tiny_data, tmp_path):
     """`make reproduce-table TABLE=all SCALE=smoke`, on the tiny generated corpora (BPE of 60 pieces,

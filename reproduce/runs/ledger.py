@@ -18,6 +18,7 @@ import fcntl
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ from core.loaders import STATUS_COMPLETE, CorruptRecord, check_torch_file, load_
 __all__ = ["CorruptRecord", "check_torch_file", "load_torch_file", "read_record", "Ledger", "RunLocked"]
 
 # what a render-only reader tells the user to do about a corrupt record
+# Ledger.lock's tries for the exclusive lock, LOCK_WAIT_S apart (~1 s in all): Ledger.holder() takes a shared lock for
+# an instant to see whether a live process holds it, and a start must not fail on that probe
+LOCK_TRIES, LOCK_WAIT_S = 20, 0.05
 FIX_CORRUPT_RENDER = ("run the same command without render_only=true to move it aside (kept, renamed "
                       "result.corrupt-<time>.json) and run its cell again, or restore the file")
 
@@ -124,7 +128,8 @@ class Ledger:
 
     @contextlib.contextmanager
     def lock(self, config_hash: str):
-        """Hold the run's exclusive lock for the block; :class:`RunLocked` if another process holds it.
+        """Hold the run's exclusive lock for the block; :class:`RunLocked` if another process holds it (for ~1 s:
+        :data:`LOCK_TRIES`).
 
         ``flock`` locks belong to the open file, so a killed holder releases it at once (no stale
         lock files to clean up); the file names the holder (host and pid) for the error message.
@@ -134,11 +139,15 @@ class Ledger:
         path = run_dir / ".lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = path.read_text().strip() or "unknown process"
-                raise RunLocked(run_dir, holder) from None
+            for attempt in range(LOCK_TRIES):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # held; or only probed an instant by holder() (a status listing, a scheduler)
+                    if attempt == LOCK_TRIES - 1:
+                        holder = path.read_text().strip() or "unknown process"
+                        raise RunLocked(run_dir, holder) from None
+                    time.sleep(LOCK_WAIT_S)
             os.ftruncate(fd, 0)
             os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
             yield
