@@ -27,10 +27,10 @@ from core.loaders import STATUS_COMPLETE, CorruptRecord, check_torch_file, load_
 
 __all__ = ["CorruptRecord", "check_torch_file", "load_torch_file", "read_record", "Ledger", "RunLocked"]
 
-# what a render-only reader tells the user to do about a corrupt record
 # Ledger.lock's tries for the exclusive lock, LOCK_WAIT_S apart (~1 s in all): Ledger.holder() takes a shared lock for
 # an instant to see whether a live process holds it, and a start must not fail on that probe
 LOCK_TRIES, LOCK_WAIT_S = 20, 0.05
+# what a render-only reader tells the user to do about a corrupt record
 FIX_CORRUPT_RENDER = ("run the same command without render_only=true to move it aside (kept, renamed "
                       "result.corrupt-<time>.json) and run its cell again, or restore the file")
 
