@@ -66,9 +66,10 @@ def resolve_app(app_cfg: DictConfig | None = None) -> RunSpec:
         choices = [e for e in spec.preset if "." not in e.split("=", 1)[0]]
         n = len(spec.preset) - len(choices)
         what = " ".join(choices) + (" and " if choices and n else "") + (f"{n} value{'s' * (n != 1)}" if n else "")
+        # on stderr: a note, and describe's stdout is its JSON alone
         dist.print_main(f"repdegen: the preset {spec.choices.get('experiment')} at scale={spec.cfg.scale.name} with "
                         f"objective={spec.cfg.objective.name}: {what} from its sections (`python -m reproduce.describe "
-                        f"... sources=true` lists them; the command line wins)", flush=True)
+                        f"... sources=true` lists them; the command line wins)", file=sys.stderr, flush=True)
     return spec
 
 

@@ -102,6 +102,19 @@ def test_describe_cli_annotates_and_names_the_rows_on_a_bad_label():
     assert "Traceback" not in bad.stderr
 
 
+def test_describe_json_is_alone_on_stdout_when_a_preset_section_applies():
+    """A preset's objective section applies (inan2016/h200's AL: its alpha, temperature and form): the note that
+    says so goes to stderr, and stdout parses as the JSON (for ``| python -c 'json.load(sys.stdin)'`` and jq)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "reproduce.describe", "experiment=inan2016/h200", "scale=paper",
+                          "objective=al", "model.dropout=0.3"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "from its sections" in out.stderr
+    d = json.loads(out.stdout)
+    assert d["config"]["objective"]["alpha"] == 0.3 and d["config"]["objective"]["form"] == "kl"
+
+
 def test_a_label_in_several_groups_is_refused_and_its_group_form_picks_one():
     """``row=VD-LSTM`` names a row in each size group of Inan 2017 Table 1: an error listing the group-qualified
     names, not the first group's row; ``'<group> / <label>'`` picks that group's cell."""

@@ -127,7 +127,7 @@ def test_train_runs_the_tables_cell_at_smoke(tiny_data, tmp_path):
                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert ("the preset yu2022/gpt2_wt103 at scale=smoke with objective=mle: dataset=wikitext2_bpe "
-            "model=transformer_lm6 budget=transformer_lm_smoke") in out.stdout
+            "model=transformer_lm6 budget=transformer_lm_smoke") in out.stderr
     (path,) = (tmp_path / "out" / "runs").glob("*/result.json")
     record = json.loads(path.read_text())
     assert record["choices"]["model"] == "transformer_lm6" and record["choices"]["dataset"] == "wikitext2_bpe"
