@@ -4,7 +4,8 @@
 #   nohup bash -c 'bash scripts/paper_lanes.sh S && bash scripts/paper_probes.sh' >> outputs/logs/laneS.log 2>&1 &
 # Declared before they run, with what each tests and how its result is used: results/tables/inan2016_t1/NOTES.md,
 # "Probes outside the table". They never enter a table: the tables' seeds, rows and verdicts stay as registered.
-# Their records stay in the ledger (outputs/runs/<hash>/); python scripts/probe_summary.py writes what they gave.
+# Their records stay in the ledger (outputs/runs/<hash>/: python -m reproduce.status --all); what they gave goes into
+# that NOTES section by hand, with their records copied to results/probes/inan2016_t1/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export REPDEGEN_DATA_DIR="${REPDEGEN_DATA_DIR:-$(cd .. && pwd)/shared/data}"
