@@ -79,3 +79,30 @@ def test_lanes_a_and_b_split_lane_s_queue():
 def test_an_unknown_lane_is_refused():
     run = subprocess.run(["bash", str(LANES), "C"], capture_output=True, text=True)
     assert run.returncode == 2 and "usage: bash scripts/paper_lanes.sh S|A|B" in run.stderr
+
+
+PROBES = LANES.with_name("paper_probes.sh")
+PROBES_NOTES = LANES.parents[1] / "results" / "tables" / "inan2016_t1" / "NOTES.md"
+
+
+def test_each_probe_is_the_run_its_declaration_names():
+    """scripts/paper_probes.sh: each probe's overrides resolve as reproduce.train resolves them (the preset's sections
+    included; a typo would stop the queue hours in), and its config hash is one the table's NOTES declared before it
+    ran; the probes' logger group (the one setting the script adds to each run) stays out of the hash."""
+    from hydra import initialize_config_dir
+
+    from reproduce.settings.resolve import resolve
+
+    text = PROBES.read_text()
+    base = re.search(r"^H200=\((.*)\)$", text, re.M).group(1).split()
+    probes = [line.split()[2:] for line in text.splitlines() if line.startswith("probe P")]
+    assert len(probes) == 3
+    declared = set(re.findall(r"\| `([0-9a-f]{16})` \|", PROBES_NOTES.read_text()))
+    hashes = []
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        for overrides in probes:
+            assert overrides[0] == '"${H200[@]}"'
+            h = resolve([*base, *overrides[1:]]).config_hash
+            assert h == resolve([*base, *overrides[1:], "logger.group=probes/inan2016_t1"]).config_hash
+            hashes.append(h)
+    assert set(hashes) == declared and len(hashes) == 3, (hashes, declared)
