@@ -176,3 +176,41 @@ def test_the_record_is_written_at_the_start_and_an_empty_one_does_not_linger(com
     done = train(compose_cfg(*over, "trainer.resume=true"))
     assert done["status"] == "complete" and len(done["history"]) >= 1 and len(done["starts"]) == 1
     assert sorted(p.name for p in run.glob("result*.json")) == ["result.json"]
+
+
+def test_best_weights_of_an_epoch_killed_before_its_checkpoint_are_dropped(compose_cfg, tmp_path, monkeypatch):
+    """Killed after an epoch kept new best weights but before its checkpoint: the resumed run reruns that epoch, and on
+    a GPU the rerun need not validate the same. Here it validates worse (scripted), so best.pt must be epoch 1's
+    weights, the ones the record calls best, not the killed epoch's (which the pending-name scheme drops)."""
+    import reproduce.engine.trainer as trainer_mod
+    from reproduce.errors import SimulatedInterrupt
+
+    from .test_train import VD_SMOKE
+
+    losses, seen = iter([3.0, 2.0, 3.5, 4.0]), []  # epoch 1, epoch 2 (killed), epoch 2 again, epoch 3
+
+    def validate(self):
+        seen.append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        return {"valid_nll": next(losses), "valid_ppl": 1.0, "isotropy": 0.5, "mean_cos": 0.0}
+
+    real_save = trainer_mod.Trainer.save_checkpoint
+
+    def save_checkpoint(self, mid_epoch=None):
+        if mid_epoch is None and len(self.state.history) == 2 and not getattr(trainer_mod, "_killed", False):
+            trainer_mod._killed = True
+            raise SimulatedInterrupt("killed between epoch 2's best weights and its checkpoint")
+        real_save(self, mid_epoch)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "validate", validate)
+    monkeypatch.setattr(trainer_mod.Trainer, "save_checkpoint", save_checkpoint)
+    monkeypatch.setattr(trainer_mod, "_killed", False, raising=False)
+    args = (*VD_SMOKE, "scale.max_epochs=3", "trainer.early_stopping=null")
+    assert train(compose_cfg(*args))["status"] == "interrupted"
+    rec = train(compose_cfg(*args, "trainer.resume=true"))
+    assert rec["status"] == "complete"
+    assert [h["valid_nll"] for h in rec["history"]] == [3.0, 3.5, 4.0]
+    run = tmp_path / "out" / "runs" / rec["config_hash"]
+    best = torch.load(run / "best.pt", weights_only=False)["model"]
+    assert all(torch.equal(best[k], seen[0][k]) for k in best)  # epoch 1's weights
+    assert not any(torch.equal(best[k], seen[1][k]) for k in best if best[k].is_floating_point() and best[k].numel() > 1)
+    assert not list(run.glob("*.pending-*.pt"))

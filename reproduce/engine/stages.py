@@ -34,12 +34,23 @@ INIT_EMBEDDING = "init_embedding.pt"
 
 
 def keep_if_best(tr, val: float, best: float, name: str) -> bool:
-    """Save the weights validation saw (ASGD's averages, if averaging) when ``val`` beats ``best``."""
+    """Save the weights validation saw (ASGD's averages, if averaging) when ``val`` beats ``best``: under a pending
+    name (:func:`pending_name`) that the epoch's checkpoint names and that replaces ``name`` once the checkpoint is
+    written (``Trainer.promote_pending``)."""
     if not val < best:  # NaN: never a new best (it would make every later epoch "better")
         return False
+    s = tr.state
+    pending = pending_name(name, s.stage, s.session, s.epoch + 1)
     with averaged_weights(tr.params, tr.optimizer):
-        tr.save_weights(name)
+        tr.save_weights(pending)
+    s.pending_weights[name] = pending
     return True
+
+
+def pending_name(name: str, stage: str, session: int, epoch: int) -> str:
+    """``best.pt`` kept at train epoch 5 of session 1: ``best.pending-train-s1-e5.pt``."""
+    stem = name[:-3] if name.endswith(".pt") else name
+    return f"{stem}.pending-{stage}-s{session}-e{epoch}.pt"
 
 
 def keep_for_averaging(tr, epoch: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from pathlib import Path
 
@@ -124,7 +125,22 @@ class Trainer:
         ckpt_io.restore_rng(ckpt, self.cfg.seed, self.checkpoint_path())
         self.task.set_rng_state(ckpt["rng_task"])
         self._mid_epoch = ckpt.get("mid_epoch")
+        self.promote_pending()
         return True
+
+    def promote_pending(self) -> None:
+        """Best weights kept this epoch (``RunState.pending_weights``), their epoch's checkpoint written: move them
+        to their names (``best.pt``). On a resume, also drop any other pending file: the weights of an epoch whose
+        checkpoint was never written (killed between the two), which the rerun of that epoch replaces."""
+        named = dict(self.state.pending_weights)
+        if self.is_main:
+            for name, pending in named.items():
+                if (self.run_dir / pending).is_file():
+                    os.replace(self.run_dir / pending, self.run_dir / name)
+            for stray in self.run_dir.glob("*.pending-*.pt"):
+                stray.unlink(missing_ok=True)
+        dist.barrier()
+        self.state.pending_weights = {}
 
     def save_weights(self, name: str) -> None:
         ckpt_io.save_weights(self.run_dir, name, self.model, self.objective)
@@ -313,6 +329,7 @@ class Trainer:
         """Record the epoch, checkpoint, report; stop here for a test's simulated kill or a preemption signal."""
         self.state.history.append(record)
         self.save_checkpoint()
+        self.promote_pending()
         if self.is_main and self.on_epoch_end is not None:
             self.on_epoch_end(self.state)
         if self.is_main and self.logger is not None:
