@@ -425,3 +425,18 @@ def test_a_failed_cell_shows_its_own_error_line_on_the_console(tmp_path, capsys)
     assert f"-- log: {log}\n    repdegen: error: dataset.data_dir=/nowhere/ptb holds no ptb.train.txt" in out
     assert "an earlier line" not in out
     assert last_error_line(tmp_path / "missing.log") is None
+
+
+def test_the_tables_eta_ignores_cells_that_ended_at_once(tmp_path):
+    """Hand-worked: one cell completed in 600 s, one failed after 1 s (a bad setting), two wait, one slot: the ETA is
+    2 x 600 s = 20m00s (with the failure in the mean it would be 2 x 300.5 s = 10m01s)."""
+    from reproduce.runs.launch import Job, Progress
+
+    def job(name, status, seconds=None):
+        j = Job(name, name, tmp_path / f"{name}.yaml", tmp_path / f"{name}.log", status=status)
+        if seconds is not None:
+            j.started, j.finished = 1000.0, 1000.0 + seconds
+        return j
+
+    jobs = [job("a", "complete", 600.0), job("b", "failed", 1.0), job("c", "waiting"), job("d", "waiting")]
+    assert Progress(jobs, 1, enabled=False).eta() == "20m00s"
