@@ -68,7 +68,18 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def svd_projection(weight: torch.Tensor, center: bool = False) -> np.ndarray:
+class Projected:
+    """Coordinates already on their top-2 singular directions (an (N, 2) array of :func:`svd_projection`, e.g. kept
+    with a run record whose weights are gone): passed where a weight matrix is, drawn as they are."""
+
+    def __init__(self, coords) -> None:
+        coords = np.asarray(coords, dtype=np.float64)
+        if coords.ndim != 2 or coords.shape[1] != 2:
+            raise ValueError(f"Projected: expected coordinates of shape (N, 2), got {coords.shape}")
+        self.coords = coords
+
+
+def svd_projection(weight: torch.Tensor | Projected, center: bool = False) -> np.ndarray:
     """(N, 2) coordinates of the rows of ``weight`` on its top-2 right singular vectors, ``W V_2``
     (= ``U_2 S_2``, the rank-2 SVD approximation of Gao et al. 2019 Sec. 3 expressed in its own basis).
 
@@ -77,7 +88,12 @@ def svd_projection(weight: torch.Tensor, center: bool = False) -> np.ndarray:
     from the origin*, which centring would hide (the mean is the cone's axis). Yu et al. ("SVD
     projection") say nothing more. ``center=True`` subtracts the mean row first (a PCA plot).
     Each axis's sign (arbitrary in an SVD) is fixed so that the mean coordinate is >= 0.
+    A :class:`Projected` is returned as it is (uncentred only: its matrix is gone).
     """
+    if isinstance(weight, Projected):
+        if center:
+            raise ValueError("svd_projection: a Projected matrix cannot be centred (its weights are gone)")
+        return weight.coords
     w = weight.detach().cpu().to(torch.float64)
     if center:
         w = w - w.mean(0, keepdim=True)

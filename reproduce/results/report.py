@@ -277,8 +277,9 @@ def table_figures(out: Path, page_dir: Path) -> list[str]:
 
 
 def kept_figures(out: Path, page_dir: Path) -> list[str]:
-    """The figures a rendering had before its cells' records were recovered (``records/figures-<commit>/``,
-    reproduce/runs/archive.py): they hold the recovered rows' curves and geometry, which no rendering can draw again."""
+    """The figures a rendering had before it lost rows (``records/figures-<commit>/``, reproduce/runs/archive.py: the
+    cells' records were recovered, or a row's weights were lost with a work tree before its projection was kept): they
+    hold those rows' curves, geometry or SVD projection, which no rendering can draw again."""
     lines = []
     for d in sorted((out / "records").glob("figures-*")):
         if not d.is_dir():
@@ -296,8 +297,9 @@ def kept_figures(out: Path, page_dir: Path) -> list[str]:
                                                       p.stem))
         if not pngs:
             continue
-        lines += [f"Figures as drawn at commit `{d.name.removeprefix('figures-')}`, with the rows whose run records were "
-                  "recovered since (their curves and geometry are in these only):", ""]
+        lines += [f"Figures as drawn at commit `{d.name.removeprefix('figures-')}`, with rows the renderings since cannot "
+                  "draw (their run records were recovered, or their weights lost with a work tree): these show them "
+                  "only:", ""]
         for p in pngs:
             caption = str(captions.get(p.stem, p.stem)).replace("[", "\\[").replace("]", "\\]")
             lines += [f"![{caption}]({_rel(p, page_dir)})", ""]

@@ -42,7 +42,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from analysis.figures import plot_validation_curves
 from core.files import atomic_write_bytes, atomic_write_json
-from core.loaders import load_cells_json, load_checkpoint, load_tensor_file
+from core.loaders import load_cells_json
 from core.provenance import command_line, git_commit, hardware_summary, only_results_changed
 from reproduce.errors import (
     EXIT_FAILED,
@@ -59,11 +59,16 @@ from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.runs.archive import (
     ARCHIVE_DIR,
     ARCHIVED_SCALES,
+    PROJECTION_FILE,
     archive_records,
     archived_records,
+    keep_figure_aside,
+    output_embedding,
+    read_projection,
     restore_records,
     restored_from,
     retrain_recovered,
+    svd_caption,
 )
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
 from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
@@ -401,9 +406,11 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
       at every evaluation (Yu Fig. 2), and AL's target entropy where rows record it, one panel each in a grid;
     * the traces of an objective, e.g. ``rare_group_size.png``: AGG's rare group size over the first updates (Yu
       Fig. 4);
-    * ``svd_projection.png``: each row's output embedding (its lowest seed whose weights are here) projected on its
-      top-2 singular directions, coloured by frequency group, one panel per row on the same axis limits (Gao
-      Figs 1(a), 2(a); Yu Figs 1, 3). The per-row ``svd_<k>.png`` of earlier renderings are removed.
+    * ``svd_projection.png``: each row's output embedding (its lowest seed whose weights, or whose projection kept
+      with its record, are here) projected on its top-2 singular directions, coloured by frequency group, one panel
+      per row on the same axis limits (Gao Figs 1(a), 2(a); Yu Figs 1, 3). The per-row ``svd_<k>.png`` of earlier
+      renderings are removed; one that drew a row this one cannot is kept aside as drawn
+      (:func:`reproduce.runs.archive.keep_figure_aside`).
     """
     from analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projections
     from analysis.figures import Seeds, row_colors, row_name
@@ -454,24 +461,19 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
             written[filename] = f"{what} over the first updates of each row that records it (Yu Fig. 4){over}"
     panels, shown = {}, []
     for key, rs in rows.items():
-        for r in rs:  # the lowest seed whose files are on this machine
+        for r in rs:  # the lowest seed whose weights, or whose kept projection, are on this machine
             run = runs_dir / r["config_hash"]
-            weights = run / r["metrics"].get("final", {}).get("weights", "best.pt")
-            if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
-                continue  # the run's files are not on this machine: the table still renders
-            try:
-                state = load_checkpoint(weights, "weights file", "the table renders without its figure")["model"]
-                counts = load_tensor_file(run / "vocab_counts.pt", "vocabulary counts file",
-                                          "the table renders without its figure")
-            except CorruptFile as err:
-                print(f"repdegen: warning: {err}", file=sys.stderr, flush=True)
-                continue
-            tied = r["config"]["model"].get("tie_weights", True)
-            w = "embedding.weight" if tied or "output_weight" not in state else "output_weight"
+            found = output_embedding(run, r)
+            if found is None:
+                kept = read_projection(run / PROJECTION_FILE, r.get("started"))
+                found = kept[:2] if kept is not None else None
+            if found is None:
+                continue  # neither is on this machine: the table still renders
             seed = f" — seed {r['_seed']}" if r.get("_seed") is not None else ""
-            panels[f"{name[key]}{seed}"] = (state[w], counts)
+            panels[f"{name[key]}{seed}"] = found
             shown.append(name[key] + (f" (seed {r['_seed']})" if r.get("_seed") is not None else ""))
             break
+    keep_figure_aside(out, shown)  # the figure there drew a row this one cannot: kept as it was drawn
     if panels:
         plot_svd_projections(panels, out / "svd_projection.png",
                              f"Output embedding on its top-2 singular directions, one seed per row — {title}",
@@ -479,8 +481,7 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
         for old in out.glob("svd_*.png"):  # the per-row files of earlier renderings (svd_1.png, ...): replaced
             if old.stem[4:].isdigit():
                 old.unlink()
-        written["svd_projection.png"] = ("Output embeddings on their top-2 singular directions, by frequency group, on "
-                                         f"the same axes (Gao Figs 1, 2a; Yu Figs 1, 3): {'; '.join(shown)}")
+        written["svd_projection.png"] = svd_caption(shown)
     return written
 
 
