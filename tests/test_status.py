@@ -115,6 +115,34 @@ def test_a_second_session_shows_the_first_sessions_best_it_must_beat(tmp_path, c
             ) in out
 
 
+def test_in_finetuning_the_best_is_counted_against_the_trainings_best_in_finetune_epochs(tmp_path, capsys):
+    """AWD-LSTM's finetune.py starts from the training's best weights (epoch 2's 120.0) and keeps a finetune epoch's
+    only when it beats them. Hand-worked: finetune epochs 121.0, 118.0, 119.0: best 118.00 at finetune epoch 2, 1
+    finetune epoch without a better one, no patience (the non-monotone trigger ends it); finetune epochs 121.0,
+    122.0: the training's 120.00 (epoch 2) stays the best, 2 finetune epochs without a better one."""
+    trainer = {"max_epochs": 4, "finetune_epochs": 10, "early_stopping": 5}
+    train = [_epoch(1, 130.0), _epoch(2, 120.0), _epoch(3, 125.0), _epoch(4, 126.0)]
+
+    def tune(*ppls):
+        return [{"stage": "finetune", "epoch": e, "valid_ppl": p, "epoch_seconds": 90.0}
+                for e, p in enumerate(ppls, 1)]
+
+    f = epoch_facts({"config": {"trainer": trainer}, "history": train + tune(121.0, 118.0, 119.0)})
+    assert (f["best_valid_ppl"], f["best_epoch"], f["best_stage"], f["since_best"]) == (118.0, 2, "finetune", 1)
+    assert f["patience"] is None and f["earlier_best_valid_ppl"] is None
+    _write(tmp_path, "aaaa", "running", train + tune(121.0, 118.0, 119.0), trainer=trainer)
+    _write(tmp_path, "bbbb", "running", train + tune(121.0, 122.0), trainer=trainer)
+    assert main(["--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("epoch 4/4, finetune epoch 3/10, valid PPL 119.00, best 118.00 at finetune epoch 2 (1 finetune epoch "
+            "without a better one) | 1m30s an epoch") in out
+    assert ("epoch 4/4, finetune epoch 2/10, valid PPL 122.00, best 120.00 at epoch 2 of training (2 finetune "
+            "epochs without a better one) | 1m30s an epoch") in out
+    # before finetuning, the training's own count and patience, as ever
+    f = epoch_facts({"config": {"trainer": trainer}, "history": train})
+    assert (f["best_epoch"], f["best_stage"], f["since_best"], f["patience"]) == (2, "train", 2, 5)
+
+
 def test_a_missing_ledger_and_a_corrupt_record_are_one_clear_line(tmp_path, capsys):
     assert main(["--runs-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err

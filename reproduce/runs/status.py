@@ -134,14 +134,26 @@ def epoch_facts(record: dict, path: str | Path = "the run record", fix: str = "r
     # the earlier sessions' best: the weights kept unless this session beats them (footnote 5's re-training)
     earlier = [h for h in history if int(h.get("session", 1)) < session and _number(h.get("valid_ppl"))]
     kept = min(earlier, key=lambda h: h["valid_ppl"]) if earlier else None
+    since = int(last["epoch"]) - int(best["epoch"]) if best else None
+    patience, best_stage = trainer.get("early_stopping"), "train"
+    if finetune:
+        # finetune.py starts from the training's best weights and keeps a finetune epoch's only when it beats them:
+        # the bar is the training's best (over every session), the count is in finetune epochs, no patience
+        trained = [h for h in history if _number(h.get("valid_ppl"))]
+        tuned = [dict(h, stage="finetune") for h in finetune if _number(h.get("valid_ppl"))]
+        candidates = ([min(trained, key=lambda h: h["valid_ppl"])] if trained else []) + tuned
+        best = min(candidates, key=lambda h: h["valid_ppl"]) if candidates else None
+        best_stage = best.get("stage", "train") if best else "train"
+        done = int(finetune[-1]["epoch"])
+        since = done - int(best["epoch"]) if best and best_stage == "finetune" else done
+        patience, kept = None, None
     now = finetune[-1] if finetune else last
     return {"epoch": int(last["epoch"]), "max_epochs": max_epochs, "session": session, "sessions": sessions,
             "valid_ppl": now.get("valid_ppl") if _number(now.get("valid_ppl")) else None,
             "finetune_epoch": int(finetune[-1]["epoch"]) if finetune else None, "finetune_epochs": finetune_epochs,
             "epoch_seconds": per_epoch, "epochs_left_at_most": left, "seconds_left_at_most": left * per_epoch,
             "best_valid_ppl": best["valid_ppl"] if best else None, "best_epoch": int(best["epoch"]) if best else None,
-            "since_best": int(last["epoch"]) - int(best["epoch"]) if best else None,
-            "patience": trainer.get("early_stopping"),
+            "best_stage": best_stage, "since_best": since, "patience": patience,
             "earlier_best_valid_ppl": kept["valid_ppl"] if kept else None,
             "earlier_best_session": int(kept.get("session", 1)) if kept else None,
             "earlier_best_epoch": int(kept["epoch"]) if kept else None}
@@ -290,7 +302,10 @@ def format_row(row: dict) -> str:
         best = ""
         if f["best_valid_ppl"] is not None:
             patience = f"; early stopping after {f['patience']}" if f["patience"] is not None else ""
-            best = (f", best {f['best_valid_ppl']:.2f} at epoch {f['best_epoch']} ({f['since_best']} "
+            at = (f"finetune epoch {f['best_epoch']}" if f.get("best_stage") == "finetune" else
+                  f"epoch {f['best_epoch']}" + (" of training" if f.get("finetune_epoch") is not None else ""))
+            counted = " finetune" if f.get("finetune_epoch") is not None else ""
+            best = (f", best {f['best_valid_ppl']:.2f} at {at} ({f['since_best']}{counted} "
                     f"epoch{'s' if f['since_best'] != 1 else ''} without a better one{patience})")
         if f.get("earlier_best_valid_ppl") is not None:
             best += (f"; session {f['earlier_best_session']}'s best {f['earlier_best_valid_ppl']:.2f} (epoch "
