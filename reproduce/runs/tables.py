@@ -59,11 +59,10 @@ from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
 from reproduce.runs.archive import (
     ARCHIVE_DIR,
     ARCHIVED_SCALES,
-    PROJECTION_FILE,
     archive_records,
     archived_records,
+    ensure_projection,
     keep_figure_aside,
-    output_embedding,
     read_projection,
     restore_records,
     restored_from,
@@ -462,11 +461,10 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
     panels, shown = {}, []
     for key, rs in rows.items():
         for r in rs:  # the lowest seed whose weights, or whose kept projection, are on this machine
-            run = runs_dir / r["config_hash"]
-            found = output_embedding(run, r)
-            if found is None:
-                kept = read_projection(run / PROJECTION_FILE, r.get("started"))
-                found = kept[:2] if kept is not None else None
+            # the projection kept beside the run (computed once from its weights: the archive copies the same file)
+            kept = ensure_projection(runs_dir / r["config_hash"], r)
+            kept = read_projection(kept, r.get("started")) if kept is not None else None
+            found = kept[:2] if kept is not None else None
             if found is None:
                 continue  # neither is on this machine: the table still renders
             seed = f" — seed {r['_seed']}" if r.get("_seed") is not None else ""
