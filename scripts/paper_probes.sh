@@ -23,7 +23,7 @@ probe P1-baseline-seed2 "${H200[@]}" objective=mle model.dropout=0.5 seed=2
 probe P1-al-seed2 "${H200[@]}" objective=al model.dropout=0.3 seed=2
 # P2: the AL-only row with the target fully detached (is the entropy term's gradient into L what keeps y~ uniform?)
 probe P2-al-target-grad-none "${H200[@]}" objective=al model.dropout=0.3 objective.target_grad=none
-# P3 (declared 2026-11-29 ~21:00 UTC, results/tables/inan2016_t1/NOTES.md): the "both" row (tied, KL form) with eq. 9's
+# P3 (declared 2026-11-29 ~20:50 UTC, results/tables/inan2016_t1/NOTES.md): the "both" row (tied, KL form) with eq. 9's
 # KL differentiated as written, through both parts of y~ (target_grad=full; the chunked kernel has none, so the
 # unchunked loss: the same function up to float summation order, not in the config hash)
 probe P3-both-target-grad-full "${H200[@]}" objective=real model.dropout=0.3 objective.target_grad=full objective.chunk_rows=null
