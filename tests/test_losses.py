@@ -116,6 +116,29 @@ def test_augmented_loss_gradient_into_embedding(target_grad, detach_ce, detach_e
     assert not torch.allclose(L1.grad, L3.grad, atol=1e-6)
 
 
+def test_the_ce_form_with_official_has_the_kl_forms_gradient_with_none():
+    """docs/fidelity.md (Inan 2016): the CE form under ``official`` and the KL form under ``none`` differ only by y~'s
+    negative entropy held constant, so their gradients (tied: the logits and the target both read L) are equal,
+    and the KL form under ``official`` differs from both by that entropy's gradient alone. Hand-derived from the
+    explicit formula: d/dL of sum y~ log y~ with y~ = softmax(L[y] L^T / tau), by autograd here."""
+    torch.manual_seed(5)
+    h = torch.randn(N, D, dtype=torch.float64)
+    y = torch.randint(0, V, (N,))
+    L0 = torch.randn(V, D, dtype=torch.float64)
+
+    def grad(form, target_grad):
+        L = L0.clone().requires_grad_(True)
+        augmented_loss_mean(h @ L.t(), y, L, 2.0, form, target_grad).backward()
+        return L.grad
+
+    assert torch.allclose(grad("ce", "official"), grad("kl", "none"), atol=1e-12, rtol=0)
+    L = L0.clone().requires_grad_(True)
+    y_t = torch.softmax(L[y] @ L.t() / 2.0, -1)
+    (y_t * torch.log(y_t)).sum(-1).mean().backward()  # the negative entropy's own gradient, the KL's only extra
+    assert torch.allclose(grad("kl", "official") - grad("kl", "none"), L.grad, atol=1e-10, rtol=0)
+    assert L.grad.abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("form", ["kl", "ce"])
 @pytest.mark.parametrize("target_grad,detach_ce,detach_ent",
                          [("official", True, False), ("none", True, True), ("full", False, False)])
