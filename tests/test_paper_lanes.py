@@ -96,7 +96,7 @@ def test_each_probe_is_the_run_its_declaration_names():
     text = PROBES.read_text()
     base = re.search(r"^H200=\((.*)\)$", text, re.M).group(1).split()
     probes = [line.split()[2:] for line in text.splitlines() if line.startswith("probe P")]
-    assert len(probes) == 3
+    assert len(probes) == 4  # P1 (two runs), P2, P3
     declared = set(re.findall(r"\| `([0-9a-f]{16})` \|", PROBES_NOTES.read_text()))
     hashes = []
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -105,4 +105,4 @@ def test_each_probe_is_the_run_its_declaration_names():
             h = resolve([*base, *overrides[1:]]).config_hash
             assert h == resolve([*base, *overrides[1:], "logger.group=probes/inan2016_t1"]).config_hash
             hashes.append(h)
-    assert set(hashes) == declared and len(hashes) == 3, (hashes, declared)
+    assert set(hashes) == declared and len(hashes) == 4, (hashes, declared)
