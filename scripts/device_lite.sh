@@ -8,8 +8,8 @@
 # Usage: bash scripts/device_lite.sh SECONDS SLOTS TABLES
 # Other scales and single rows (issue 25 item 3: a paper cell alone, continued by a second call on the warm machine,
 # whose ledger stays between calls):  SCALE=paper ROWS='["Medium (650 units) / VD-LSTM"]' bash scripts/device_lite.sh 540 1 inan2017_t1
-# Across leases (scripts/lease_carry.py): CARRY_IN=.carry/<name> unpacks a carried pack into outputs/runs first (its
-# manifest and every part carried in earlier calls of this lease); CARRY_OUT=1 packs the cells left unfinished into
+# Across leases (scripts/lease_carry.py): CARRY_IN=.carry/<name> (or several, space-separated) unpacks each carried pack
+# into outputs/runs first (its manifest and every part carried in earlier calls of this lease); CARRY_OUT=1 packs the cells left unfinished into
 # outputs/carry afterwards and puts parts 1-4 in $OUT (then: python3 scripts/lease_carry.py emit outputs/carry "$OUT" 5 6 7 8).
 set -uo pipefail
 secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}; scale=${SCALE:-lite}
@@ -17,7 +17,7 @@ rows=(); [ -n "${ROWS:-}" ] && rows=("rows=$ROWS")
 . scripts/device_env.sh
 export OMP_NUM_THREADS=2
 gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
-if [ -n "${CARRY_IN:-}" ]; then python3 scripts/lease_carry.py unpack "$CARRY_IN" --runs outputs/runs || exit 1; fi
+for pack in ${CARRY_IN:-}; do python3 scripts/lease_carry.py unpack "$pack" --runs outputs/runs || exit 1; done
 start=$(date +%s)
 timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" "scale=$scale" "launch.gpus=$gpus" "${rows[@]}" \
   progress=false > "$OUT/table.log" 2>&1

@@ -13,6 +13,8 @@ costs ~10 s of the lease):
     python scripts/lease_carry.py gather /work/.device/<n> [/work/.device/<m> ...] --dir .carry/<name>
     # next lease: carry .carry/<name>/manifest.json and two parts a call, then, in the call that trains:
     python3 scripts/lease_carry.py unpack .carry/<name> --runs outputs/runs && <the run command>
+    # the carry list of every call, worked out here before the lease (one JSON list a line, the first call's first):
+    python scripts/lease_carry.py plan .carry/<name> [.carry/<other>] --first .whl .data
 
 Parts are a plain tar stream (weights do not compress) cut into pieces of ``--part-mb`` MB, each with its SHA-256 in
 ``manifest.json``; ``unpack`` checks every part and refuses to replace a run directory that already holds
@@ -133,6 +135,50 @@ def gather(sources: list[Path], dest: Path) -> dict:
     return {"dest": str(dest), "parts": len(manifest["parts"]), "missing": missing}
 
 
+CARRY_LIMIT = 64 * 2**20  # what a call carries, the tracked tree included
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    raise UserError(f"{path}: no such file or folder to carry; expected a path in this work tree (e.g. .whl, .data)")
+
+
+def tracked_bytes(repo: Path = REPO) -> int:
+    """The tracked tree's size: every call carries it beside the carry list."""
+    import subprocess
+
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True).stdout.split(b"\0")
+    return sum(_size(repo / n.decode()) for n in names if n and (repo / n.decode()).is_file())
+
+
+def plan(packs: list[Path], first: list[Path], room: int) -> list[list[str]]:
+    """The carry list of each call that brings ``packs`` in: ``first`` and every manifest in the first call, then
+    the parts in order, as many a call as fit in ``room`` bytes (what a call carries beside the tracked tree)."""
+    calls: list[list[str]] = [[str(p) for p in first] + [str(d / MANIFEST) for d in packs]]
+    used = sum(_size(p) for p in first) + sum(_size(d / MANIFEST) for d in packs)
+    if used > room:
+        raise UserError(f"the first call's paths take {used / 1e6:.1f} MB, more than the {room / 1e6:.1f} MB a call "
+                        "carries beside the tracked tree; carry fewer paths first (--first)")
+    for d in packs:
+        for part in _manifest(d)["parts"]:
+            f = d / part["name"]
+            if not f.is_file():
+                raise UserError(f"{f} is missing: gather the whole pack before planning its carry")
+            size = _size(f)
+            if size > room:
+                raise UserError(f"{f} is {size / 1e6:.1f} MB, more than the {room / 1e6:.1f} MB a call carries; "
+                                "pack with a smaller --part-mb")
+            if used + size > room:
+                calls.append([])
+                used = 0
+            calls[-1].append(str(f))
+            used += size
+    return calls
+
+
 def unpack(d: Path, runs: Path) -> list[str]:
     """Every part checked, joined and extracted into ``runs``; refuses a run directory that already has weights."""
     manifest = _manifest(d)
@@ -188,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("unpack", help="a carried pack -> outputs/runs")
     u.add_argument("dir", type=Path)
     u.add_argument("--runs", type=Path, default=Path("outputs/runs"))
+    pl = sub.add_parser("plan", help="the carry list of each call that brings packs in (one JSON list a line)")
+    pl.add_argument("packs", nargs="+", type=Path)
+    pl.add_argument("--first", nargs="*", type=Path, default=[], help="paths the first call carries too (.whl .data)")
+    pl.add_argument("--room-mb", type=float, help="MB a call carries beside the tracked tree (default: 64 MiB less "
+                    "the tracked tree, less 1 MB)")
     args = parser.parse_args(argv)
     if args.cmd == "pack":
         dirs = list(args.run_dirs) + (unfinished(args.unfinished) if args.unfinished else [])
@@ -205,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         left = f"; still missing: {', '.join(r['missing'])}" if r["missing"] else "; complete"
         print(f"lease_carry: {r['parts'] - len(r['missing'])}/{r['parts']} part(s) in {r['dest']}{left}")
         return 1 if r["missing"] else 0
+    elif args.cmd == "plan":
+        room = int(args.room_mb * 1e6) if args.room_mb is not None else CARRY_LIMIT - tracked_bytes() - 1_000_000
+        calls = plan(args.packs, args.first, room)
+        for c in calls:
+            print(json.dumps(c))
+        print(f"lease_carry: {len(calls)} call(s) at {room / 1e6:.1f} MB a call; the pack(s) are in after the last",
+              file=sys.stderr)
     else:
         cells = unpack(args.dir, args.runs)
         print(f"lease_carry: unpacked {', '.join(cells)} into {args.runs}; the run command continues them")

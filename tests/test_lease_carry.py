@@ -125,3 +125,31 @@ def test_a_carried_cell_resumes_to_the_uninterrupted_result(compose_cfg, tmp_pat
     assert final_numbers(resumed) == final_numbers(straight)
     assert history_numbers(resumed) == history_numbers(straight)
     assert [s["from"] for s in resumed["starts"]] == ["the start", "after train epoch 1"]
+
+
+def test_the_carry_plan_fits_each_call_and_keeps_every_part_in_order(tmp_path, capsys):
+    """Hand-worked, room 210 kB a call: pack a's parts are 100, 100, 100 and ~17 kB, pack b's 100 and ~95 kB. Call 1:
+    the extra path (30 kB), both manifests (<1 kB each) and a1 (~131 kB; a2 would make ~231). Call 2: a2 + a3 = 200
+    (a4 would make ~217). Call 3: a4 + b1 = ~117 (b2 would make ~212). Call 4: b2."""
+    src = tmp_path / "runs"
+    pa = lease_carry.pack([_cell(src, "aaaa", 200_000)], tmp_path / "pa", part_mb=0.1)
+    pb = lease_carry.pack([_cell(src, "bbbb", 120_000)], tmp_path / "pb", part_mb=0.1)
+    assert [p["bytes"] for p in pa["parts"]][:3] == [100_000] * 3 and 0 < pa["parts"][3]["bytes"] < 20_000
+    assert pb["parts"][0]["bytes"] == 100_000 and 90_000 < pb["parts"][1]["bytes"] < 100_000
+    extra = tmp_path / "whl"
+    extra.mkdir()
+    (extra / "w.whl").write_bytes(b"x" * 30_000)
+    calls = lease_carry.plan([tmp_path / "pa", tmp_path / "pb"], [extra], room=210_000)
+    a = [str(tmp_path / "pa" / f"part{k:02d}") for k in (1, 2, 3, 4)]
+    b = [str(tmp_path / "pb" / f"part{k:02d}") for k in (1, 2)]
+    assert calls == [[str(extra), str(tmp_path / "pa" / "manifest.json"), str(tmp_path / "pb" / "manifest.json"), a[0]],
+                     [a[1], a[2]], [a[3], b[0]], [b[1]]]
+    with pytest.raises(UserError, match="smaller --part-mb"):
+        lease_carry.plan([tmp_path / "pa"], [], room=90_000)
+    with pytest.raises(UserError, match="no such file"):
+        lease_carry.plan([tmp_path / "pa"], [tmp_path / "nope"], room=250_000)
+    with pytest.raises(UserError, match="carry fewer paths first"):
+        lease_carry.plan([tmp_path / "pa"], [extra], room=20_000)
+    assert lease_carry.main(["plan", str(tmp_path / "pa"), "--room-mb", "0.21"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [json.loads(x) for x in lines] == lease_carry.plan([tmp_path / "pa"], [], room=210_000)
