@@ -129,24 +129,25 @@ def epoch_facts(record: dict, path: str | Path = "the run record", fix: str = "r
         left = max(finetune_epochs - int(finetune[-1]["epoch"]), 0)
     else:
         left = max(max_epochs - int(last["epoch"]), 0) + (sessions - session) * max_epochs + finetune_epochs
-    this_session = [h for h in history if int(h.get("session", 1)) == session and _number(h.get("valid_ppl"))]
-    best = min(this_session, key=lambda h: h["valid_ppl"]) if this_session else None
-    # the earlier sessions' best: the weights kept unless this session beats them (footnote 5's re-training)
-    earlier = [h for h in history if int(h.get("session", 1)) < session and _number(h.get("valid_ppl"))]
-    kept = min(earlier, key=lambda h: h["valid_ppl"]) if earlier else None
-    since = int(last["epoch"]) - int(best["epoch"]) if best else None
-    patience, best_stage = trainer.get("early_stopping"), "train"
     if finetune:
         # finetune.py starts from the training's best weights and keeps a finetune epoch's only when it beats them:
         # the bar is the training's best (over every session), the count is in finetune epochs, no patience
         trained = [h for h in history if _number(h.get("valid_ppl"))]
-        tuned = [dict(h, stage="finetune") for h in finetune if _number(h.get("valid_ppl"))]
+        tuned = [h for h in finetune if _number(h.get("valid_ppl"))]  # stage "finetune" already
         candidates = ([min(trained, key=lambda h: h["valid_ppl"])] if trained else []) + tuned
         best = min(candidates, key=lambda h: h["valid_ppl"]) if candidates else None
         best_stage = best.get("stage", "train") if best else "train"
         done = int(finetune[-1]["epoch"])
         since = done - int(best["epoch"]) if best and best_stage == "finetune" else done
         patience, kept = None, None
+    else:
+        this_session = [h for h in history if int(h.get("session", 1)) == session and _number(h.get("valid_ppl"))]
+        best = min(this_session, key=lambda h: h["valid_ppl"]) if this_session else None
+        # the earlier sessions' best: the weights kept unless this session beats them (footnote 5's re-training)
+        earlier = [h for h in history if int(h.get("session", 1)) < session and _number(h.get("valid_ppl"))]
+        kept = min(earlier, key=lambda h: h["valid_ppl"]) if earlier else None
+        since = int(last["epoch"]) - int(best["epoch"]) if best else None
+        patience, best_stage = trainer.get("early_stopping"), "train"
     now = finetune[-1] if finetune else last
     return {"epoch": int(last["epoch"]), "max_epochs": max_epochs, "session": session, "sessions": sessions,
             "valid_ppl": now.get("valid_ppl") if _number(now.get("valid_ppl")) else None,
