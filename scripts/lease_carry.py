@@ -257,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lease_carry: {r['parts'] - len(r['missing'])}/{r['parts']} part(s) in {r['dest']}{left}")
         return 1 if r["missing"] else 0
     elif args.cmd == "plan":
+        if args.room_mb is not None and not args.room_mb > 0:
+            raise UserError(f"--room-mb {args.room_mb}: expected a positive size in MB, e.g. --room-mb 30")
         room = int(args.room_mb * 1e6) if args.room_mb is not None else CARRY_LIMIT - tracked_bytes() - 1_000_000
         calls = plan(args.packs, args.first, room)
         for c in calls:

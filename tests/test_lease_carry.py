@@ -150,6 +150,9 @@ def test_the_carry_plan_fits_each_call_and_keeps_every_part_in_order(tmp_path, c
         lease_carry.plan([tmp_path / "pa"], [tmp_path / "nope"], room=250_000)
     with pytest.raises(UserError, match="carry fewer paths first"):
         lease_carry.plan([tmp_path / "pa"], [extra], room=20_000)
+    with pytest.raises(SystemExit) as err:  # a clear error, no traceback
+        lease_carry.main(["plan", str(tmp_path / "pa"), "--room-mb", "0"])
+    assert err.value.code == 2 and "--room-mb 0.0: expected a positive size" in capsys.readouterr().err
     assert lease_carry.main(["plan", str(tmp_path / "pa"), "--room-mb", "0.21"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [json.loads(x) for x in lines] == lease_carry.plan([tmp_path / "pa"], [], room=210_000)
