@@ -141,6 +141,49 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
         # recovered record is kept beside the new one (ledger and archive), the other cell stays as it is
         cell = table_mod.expand_cells(app)[0]
         r = app.table.rows[cell.rows[0]]
+
+        # while that retrain runs (its record moved aside, a partial run in its place), the table still renders
+        # (another row's new cell must not wait hours for it), with the recovered record standing, not dropped
+        from reproduce.runs.archive import retrain_recovered
+
+        run = runs / cell.config_hash
+        archived = (out / "records" / cell.config_hash / "result.json").read_text()
+        assert retrain_recovered(runs, [cell], log=lambda _: None) == [cell.config_hash]
+        partial = dict(json.loads((run / "result.recovered.json").read_text()), status="preempted",
+                       history=[{"stage": "train", "epoch": 1, "session": 1, "valid_ppl": 999.0}])
+        partial.pop("recovered")
+        (run / "result.json").write_text(json.dumps(partial))
+        capsys.readouterr()
+        table_mod.run_table(app)  # render_only, restore
+        said = capsys.readouterr().out
+        assert "left as it is" not in said and "wrote" in said
+        assert (out / "table.csv").read_text() == table and (out / "claims.csv").read_text() == claims
+        md = (out / "table.md").read_text()
+        assert md.count("` (recovered) (being trained again: epoch 1) |") == 1 and "stands here until" in md
+        assert (out / "records" / cell.config_hash / "result.json").read_text() == archived  # the archive untouched
+        # a partial run with no record standing for it: left as it is, and restore=true is not offered (it skips a
+        # cell the ledger holds in any state): the message says to let it finish
+        kept_aside = (run / "result.recovered.json").read_text()
+        (run / "result.recovered.json").write_text(json.dumps(dict(json.loads(kept_aside), status="running")))
+        table_mod.run_table(app)
+        said = capsys.readouterr().out
+        assert "left it as it is" in said and f"holds unfinished runs of {cell.config_hash}: they render when" in said
+        assert "to bring them back" not in said and (out / "table.md").read_text() == md
+        # the same when this rendering adds a cell (the committed one, edited here, lacks the other cell)
+        cells_json = json.loads((out / "cells.json").read_text())
+        for c in cells_json["cells"]:
+            if c.get("config_hash") not in (None, cell.config_hash):
+                c["status"] = "missing"
+        (out / "cells.json").write_text(json.dumps(cells_json))
+        table_mod.run_table(app)
+        said = capsys.readouterr().out
+        assert "1 complete cell(s) that the ledger" in said and "rendering now would drop" in said
+        assert f"let the unfinished run(s) the ledger holds of {cell.config_hash} finish" in said
+        assert "bring back the" not in said and "run the lacking cells again" not in said
+        assert (out / "table.md").read_text() == md
+        (run / "result.recovered.json").write_text(kept_aside)
+        (run / "result.json").unlink()  # back to the recovered record, for the retrain below
+        (run / "result.recovered.json").rename(run / "result.json")
         app.retrain_recovered = True
         for render_only, rows in ((True, [r.label]), (False, None)):  # it trains, and only the rows named
             app.render_only, app.rows = render_only, rows
@@ -183,6 +226,38 @@ def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded
     from reproduce.runs.trained import analysis_values
 
     assert analysis_values(runs / "bbbb", app.table.analyses)[0] == {"cont_uniq_mean": 3.0, "cont_uniq_total": 40.0}
+
+
+def test_a_standing_record_is_the_last_recovered_one_kept_aside_and_complete(tmp_path, capsys):
+    from reproduce.runs.archive import standing_record
+
+    run = tmp_path / "aaaa"
+    run.mkdir()
+    assert standing_record(run, "aaaa") is None  # nothing moved aside: not a retrain
+    (run / "result.recovered.json").write_text(json.dumps(record("aaaa", started="first")))
+    (run / "result.recovered-1.json").write_text(json.dumps(record("aaaa", started="second")))
+    assert standing_record(run, "aaaa")["started"] == "second"  # the last one moved aside
+    (run / "result.recovered-1.json").write_text(json.dumps(record("aaaa", status="running")))
+    assert standing_record(run, "aaaa") is None
+    assert "result.recovered-1.json is not a complete run record of aaaa" in capsys.readouterr().err
+    (run / "result.recovered-1.json").write_text(json.dumps(record("bbbb")))
+    assert standing_record(run, "aaaa") is None
+
+
+def test_a_recovered_record_never_takes_the_weights_in_its_run_directory(tmp_path):
+    import torch
+
+    from reproduce.runs.archive import output_embedding
+
+    run = tmp_path / "aaaa"
+    run.mkdir()
+    w = torch.arange(12.0).reshape(4, 3)
+    torch.save({"model": {"embedding.weight": w}}, run / "best.pt")
+    torch.save(torch.tensor([5, 3, 2, 1]), run / "vocab_counts.pt")
+    found = output_embedding(run, record("aaaa"))
+    assert torch.equal(found[0], w) and found[1].tolist() == [5, 3, 2, 1]
+    # rebuilt from a rendering, its weights are gone: these are a retrain's, of another run
+    assert output_embedding(run, record("aaaa", recovered={"from": "table.csv", "commit": "abc"})) is None
 
 
 def test_the_recovered_commit_is_the_last_one_that_changed_the_rendering(monkeypatch, tmp_path):

@@ -94,6 +94,8 @@ def output_embedding(run_dir: Path, record: dict):
     import torch
 
     run = Path(run_dir)
+    if record.get("recovered"):  # rebuilt from a rendering: its weights are gone; any here are a retrain's
+        return None
     weights = run / ((record.get("metrics") or {}).get("final") or {}).get("weights", "best.pt")
     if not weights.is_file() or not (run / "vocab_counts.pt").is_file():
         return None
@@ -226,6 +228,21 @@ def kept_recovered(run_dir: Path) -> list[Path]:
     would sort before ``-2`` and every ``-k`` before the unnumbered first)."""
     found = [(_recovered_number(p), p) for p in Path(run_dir).glob("result.recovered*.json")]
     return [p for n, p in sorted((n, p) for n, p in found if n is not None)]
+
+
+def standing_record(run_dir: Path, config_hash: str) -> dict | None:
+    """The record a cell that is being trained again (``retrain_recovered=true``, not complete yet) shows meanwhile:
+    the last recovered record moved aside in ``run_dir``, when it is a complete record of this very cell (None
+    otherwise). The new run replaces it once it completes, whatever it gives; until then a rendering keeps the number
+    it had, rather than dropping it or refusing to render the table's other new cells."""
+    kept = kept_recovered(run_dir)
+    record = _read_json(kept[-1]) if kept else None
+    if isinstance(record, dict) and record.get("config_hash") == config_hash and record.get("status") == STATUS_COMPLETE:
+        return record
+    if kept:
+        print(f"repdegen: warning: {kept[-1]} is not a complete run record of {config_hash}; the cell counts as not "
+              f"complete until it is trained again", file=sys.stderr, flush=True)
+    return None
 
 
 def _next_recovered(run_dir: Path) -> Path:

@@ -67,6 +67,7 @@ from reproduce.runs.archive import (
     restore_records,
     restored_from,
     retrain_recovered,
+    standing_record,
     svd_caption,
 )
 from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
@@ -318,6 +319,11 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
         statuses = []
         for cell in row_cells:
             record = ledger.load(cell.config_hash)
+            if record is not None and record.get("status") != STATUS_COMPLETE:
+                standing = standing_record(ledger.run_dir(cell.config_hash), cell.config_hash)
+                if standing is not None:  # trained again (retrain_recovered): the recovered record stands meanwhile
+                    done_epochs = sum(1 for e in record.get("history") or [] if e.get("stage", "train") == "train")
+                    record = dict(standing, _retraining={"epochs": done_epochs, "status": record.get("status")})
             status = "missing" if record is None else record.get("status", "missing")
             if record is None and (run_status or {}).get(cell.config_hash) == "failed":
                 status = "failed"
@@ -735,6 +741,8 @@ def cell_provenance(record: dict) -> dict:
     epochs = [sessions[k] for k in sorted(sessions)] or list(recovered.get("epochs") or [])
     out = {"recovered": f"{recovered.get('from')} at {str(recovered.get('commit'))[:10]}",
            "recovered_figures": recovered.get("figures")} if recovered else {}
+    if record.get("_retraining"):
+        out["retraining_epochs"] = int(record["_retraining"].get("epochs") or 0)
     return out | {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
             "epochs": epochs, "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
             "wall_time_s": record.get("wall_time_s"),
@@ -782,27 +790,36 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
         # the cells of the table as it is now (a cell whose config changed since is another cell: not counted)
         there = complete_hashes(out / "cells.json") & {c.config_hash for c in cells}
         lacking = there - ours
-        kept = lacking & set(archived_records(Path(app.paths.tables_dir)))
+        held = {h for h in lacking if (ledger.run_dir(h) / "result.json").exists()}  # partial here: restore skips them
+        kept = (lacking - held) & set(archived_records(Path(app.paths.tables_dir)))
         restore = (f"python -m reproduce.table table={app.table.name} scale={app.scale.name} render_only=true "
                    f"restore=true")
         if there > ours:
             print(f"repdegen: {out} already holds a more complete rendering ({len(there)}/{len(cells)} cells complete, "
                   f"this one {len(ours)}/{len(cells)}); left it as it is" + (
                       f". The ledger lacks {len(kept)} of its cells whose run records are committed with the tables: "
-                      f"to bring them back, {restore}" if kept else ""))
+                      f"to bring them back, {restore}" if kept else "") + (
+                      f". The ledger holds unfinished runs of {', '.join(sorted(held))}: they render when they finish "
+                      f"(python -m reproduce.status)" if held else ""))
             return None
         if lacking:  # this one adds cells but would drop results the rendering holds: keep it, say how to merge
             names = [f"{c.label}" + (f" seed {c.seed}" if c.seed is not None else "") + f" [{c.config_hash}]"
                      for c in cells if c.config_hash in lacking]
             where = f" {ledger.root}" if ledger else ""
-            how = (f"bring back the {len(kept)} committed with the tables ({restore})"
-                   + ("; for the rest, " if lacking - kept else "") if kept else "")
+            how = []
+            if kept:
+                how.append(f"bring back the {len(kept)} committed with the tables ({restore})")
+            if held:
+                how.append(f"let the unfinished run(s) the ledger holds of {', '.join(sorted(held))} finish (python -m "
+                           f"reproduce.status), or move their run directories away and render with restore=true")
+            if lacking - kept - held:
+                how.append(f"run the lacking cells again (python -m reproduce.table table={app.table.name} "
+                           f"scale={app.scale.name} rows=[...]) or copy their run records back into the ledger, then "
+                           f"render again (render_only=true)")
             print(f"repdegen: {out} holds {len(lacking)} complete cell(s) that the ledger{where} lacks "
                   f"({'; '.join(names) or ', '.join(sorted(lacking))}), so it was left as it is (rendering now "
                   f"would drop their results). The cells of this run are safe in the ledger; to render them with the "
-                  f"others, {how}" + (f"run the lacking cells again (python -m reproduce.table table={app.table.name} "
-                  f"scale={app.scale.name} rows=[...]) or copy their run records back into the ledger, then render "
-                  f"again (render_only=true)" if lacking - kept else ""))
+                  f"others, " + "; for the rest, ".join(how))
             return None
         return render(app, rows, records, ledger), rows
     finally:
