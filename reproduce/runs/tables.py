@@ -790,7 +790,8 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
         # the cells of the table as it is now (a cell whose config changed since is another cell: not counted)
         there = complete_hashes(out / "cells.json") & {c.config_hash for c in cells}
         lacking = there - ours
-        held = {h for h in lacking if (ledger.run_dir(h) / "result.json").exists()}  # partial here: restore skips them
+        # cells the ledger holds unfinished (restore=true skips them)
+        held = {h for h in lacking if ledger is not None and (ledger.run_dir(h) / "result.json").exists()}
         kept = (lacking - held) & set(archived_records(Path(app.paths.tables_dir)))
         restore = (f"python -m reproduce.table table={app.table.name} scale={app.scale.name} render_only=true "
                    f"restore=true")
