@@ -11,7 +11,8 @@ the optimizer step of the recipe, the objective's ``after_update``. The trainer 
 composed config on a synthetic corpus of random tokens with the papers' vocabulary size (LMs:
 ``trainer.batch_size`` blocks of ``trainer.bptt`` tokens per micro-batch; translation: pairs of
 ``--src-len``/``--tgt-len`` tokens filling ``trainer.max_tokens``). ``--compile`` sets
-``trainer.compile=true``; ``--precision`` sets ``trainer.precision``.
+``trainer.compile=true`` (``--compile-mode`` its ``trainer.compile_mode``); ``--precision`` sets
+``trainer.precision``.
 
 Each (model, objective) runs ``--warmup`` untimed updates, then ``--steps`` timed ones
 (``torch.cuda.synchronize`` around each). With ``--rounds R`` the objectives are measured R times,
@@ -137,6 +138,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
     extra = ["scale=smoke"] if args.smoke else []
     extra += [f"trainer.precision={args.precision}", f"trainer.update_freq={args.update_freq}",
               "trainer.progress=false", f"trainer.compile={'true' if args.compile else 'false'}",
+              f"trainer.compile_mode={args.compile_mode}",
               f"trainer.device={device.type}", f"paths.output_dir={run_dir}"]
     if args.batch_size:
         extra.append(f"trainer.batch_size={args.batch_size}")
@@ -204,6 +206,7 @@ def bench_one(model_name: str, objective: str, args, device, run_dir: Path) -> d
         "kind": kind,
         "precision": "bf16" if bf16 else "fp32",
         "compile": bool(args.compile),
+        "compile_mode": args.compile_mode if args.compile else None,
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(trainer.corpus.vocab),
         "tokens_per_update": tokens,
@@ -347,6 +350,8 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
         if unknown:
             parser.error(f"{flag} {' '.join(unknown)}: not an option of conf/{group}; expected one of "
                          f"{', '.join(known)} (optionally with overrides, e.g. {example})")
+    if args.compile_mode != "default" and not args.compile:
+        parser.error(f"--compile-mode {args.compile_mode}: a mode of torch.compile, so it needs --compile; add --compile")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: no CUDA device is available here; use --device cpu (or auto)")
     problem = output_problem(args.out, "--out", overwrite=False) if args.out else None
@@ -373,6 +378,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--vocab", type=at_least(5, "--vocab 300 (4 special tokens and at least one word)"),
                         default=None, help="vocabulary size (default: the papers' 44,256 / 40,624)")
     parser.add_argument("--compile", action="store_true", help="trainer.compile=true (torch.compile the model)")
+    parser.add_argument("--compile-mode", default="default",
+                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                        help="trainer.compile_mode with --compile (reduce-overhead: CUDA graphs)")
     parser.add_argument("--rounds", type=at_least(1, "--rounds 3"), default=1,
                         help="measure every objective this many times, interleaved")
     parser.add_argument("--zipf", action="store_true",

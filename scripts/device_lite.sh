@@ -11,16 +11,19 @@
 # Across leases (scripts/lease_carry.py): CARRY_IN=.carry/<name> (or several, space-separated) unpacks each carried pack
 # into outputs/runs first (its manifest and every part carried in earlier calls of this lease); CARRY_OUT=1 packs the cells left unfinished into
 # outputs/carry afterwards and puts parts 1-4 in $OUT (then: python3 scripts/lease_carry.py emit outputs/carry "$OUT" 5 6 7 8).
+# EXTRA: more overrides of every cell's training config, space-separated (run control only, e.g. trainer.compile=true:
+# an override that changes the experiment changes the cells' hashes, and carried cells would start again).
 set -uo pipefail
 secs=${1:-450}; slots=${2:-6}; tables=${3:-yu2022_t1}; scale=${SCALE:-lite}
 rows=(); [ -n "${ROWS:-}" ] && rows=("rows=$ROWS")
+read -r -a extra <<< "${EXTRA:-}"
 . scripts/device_env.sh
 export OMP_NUM_THREADS=2
 gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
 for pack in ${CARRY_IN:-}; do python3 scripts/lease_carry.py unpack "$pack" --runs outputs/runs || exit 1; done
 start=$(date +%s)
 timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" "scale=$scale" "launch.gpus=$gpus" "${rows[@]}" \
-  progress=false > "$OUT/table.log" 2>&1
+  "${extra[@]}" progress=false > "$OUT/table.log" 2>&1
 echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
 tail -40 "$OUT/table.log"
 pack_ledger

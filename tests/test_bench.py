@@ -85,6 +85,8 @@ def test_zipf_corpus_has_fewer_distinct_tokens_weighted_by_rank():
     (["--models", "transformer_lm6", "nope:d_model=8"], ["--models nope:d_model=8: not an option of conf/model",
                                                          "transformer_lm6, vd_lstm_large"]),
     (["--objectives", "ul", "bogus"], ["--objectives bogus: not an option of conf/objective", "agg, al, cosreg"]),
+    (["--compile-mode", "reduce-overhead"], ["--compile-mode reduce-overhead: a mode of torch.compile", "add --compile"]),
+    (["--compile", "--compile-mode", "fast"], ["--compile-mode: invalid choice: 'fast'", "reduce-overhead"]),
 ])
 def test_a_flag_outside_its_domain_is_one_line_before_anything_runs(argv, words, capsys, monkeypatch, tmp_path):
     """Every numeric flag in its domain, the models and objectives among the configs, the device a device: one

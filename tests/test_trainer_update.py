@@ -60,6 +60,23 @@ def test_cosreg_penalty_enters_once_per_update_of_two_micro_batches(compose_cfg,
     assert emb.requires_grad
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compile_mode_reaches_torch_compile_and_a_bad_one_is_refused(compose_cfg, monkeypatch, mode):
+    from reproduce.errors import ConfigError
+
+    seen = {}
+
+    def fake_compile(model, **kwargs):
+        seen.update(kwargs)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    make_trainer(compose_cfg, "trainer.compile=true", f"trainer.compile_mode={mode}")
+    assert seen == {"backend": "inductor", "mode": None if mode == "default" else mode}
+    with pytest.raises(ConfigError, match="trainer.compile_mode='fast' is not one of default, reduce-overhead"):
+        make_trainer(compose_cfg, "trainer.compile=true", "trainer.compile_mode=fast")
+
+
 @pytest.mark.parametrize("objective", ["mle", "agg"])
 def test_compiled_model_gives_the_eager_losses(compose_cfg, objective):
     losses = {}

@@ -56,7 +56,10 @@ class Trainer:
         self.params = [p for p in list(model.parameters()) + list(objective.parameters()) if p.requires_grad]
         self.task = make_task(cfg, corpus, model, device)
         # trainer.compile: the model's forward compiled (torch.compile); the loss and the optimizer stay eager
-        self.forward_model = torch.compile(model, backend=self.t.compile_backend) if self.t.compile else model
+        # (compile_mode: torch.compile's mode; "default" passes none, which every backend accepts)
+        mode = self.t.get("compile_mode", "default")
+        self.forward_model = torch.compile(model, backend=self.t.compile_backend,
+                                           mode=None if mode == "default" else mode) if self.t.compile else model
         self.ddp = dist.wrap_train_step(self.forward_model, objective, self.task, device)  # None: one process
         if hasattr(objective, "setup"):
             specials = [corpus.vocab.stoi[s] for s in SPECIAL_SYMBOLS if s in corpus.vocab.stoi]

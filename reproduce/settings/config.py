@@ -229,6 +229,9 @@ class TrainerConfig:
     # CPU), or aot_eager / eager to check a model traces without code generation
     compile: bool = False
     compile_backend: str = "inductor"
+    # torch.compile's mode: default, or reduce-overhead (CUDA graphs: fewer kernel launches from the host, for a
+    # host-bound update such as the medium VD-LSTM's on a GPU), max-autotune, max-autotune-no-cudagraphs
+    compile_mode: str = "default"
     # ---- update-based training (Transformers) ---------------------------------------------------
     # stateless LMs (Transformers): visit the contiguous bptt-token blocks in a new random order
     # every epoch (fairseq shuffles its blocks); recurrent models always read the stream in order
@@ -386,6 +389,7 @@ HASH_EXCLUDED = (
     "trainer.gpus",
     "trainer.compile",
     "trainer.compile_backend",
+    "trainer.compile_mode",
     "scale.gpus",
     # how the output layer's loss is computed (row chunks, gradients formed in the forward): the same function up
     # to float summation order, like trainer.compile; the record keeps it (cell.yaml)
@@ -404,6 +408,7 @@ VALID_CHOICES = {
     "dataset.vocab_from": ("split", "slice"),
     "trainer.loss_reduction": ("mean", "sum_over_time"),
     "trainer.device": ("auto", "cpu", "cuda"),
+    "trainer.compile_mode": ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
     "dataset.source": ("auto", "local", "hub", "disk", "text"),
     "logger.name": ("none", "wandb"),
     "logger.mode": ("offline", "online", "disabled"),
