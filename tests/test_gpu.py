@@ -136,3 +136,43 @@ def test_chunked_softmax_loss_on_gpu_equals_the_fused_one(gated):
         fused = run(fused_softmax_loss, autocast)
         for c, f in zip(chunked, fused):
             assert torch.allclose(c, f, rtol=tol, atol=tol * f.abs().max().item()), (autocast, (c - f).abs().max())
+
+
+@pytest.mark.parametrize("objective", ["re", "real"])
+def test_reduce_overhead_compile_gives_the_eager_losses_on_gpu(compose_cfg, tmp_path, objective):
+    """trainer.compile_mode=reduce-overhead (CUDA graphs; scripts/device_medium_graphs.sh): the VD-LSTM's hidden state
+    carried from one update to the next is an output of the graph, which its next replay overwrites. Six consecutive
+    updates (the graph recorded, then replayed) must give eager's losses and leave eager's weights (no dropout: the
+    compiled RNG is another stream)."""
+    from pathlib import Path
+
+    from data.corpus import load_corpus
+    from losses import build_objective
+    from reproduce.engine.trainer import Trainer
+    from reproduce.settings.config import finalize
+
+    device = torch.device("cuda")
+    out, weights = {}, {}
+    for compile_ in (False, True):
+        cfg = finalize(compose_cfg("experiment=inan2017/small", "scale=smoke", f"objective={objective}",
+                                   "model.dropout=0", "trainer.bptt=7", "trainer.device=cuda", "optim.name=sgd",
+                                   "optim.lr=0.5", "trainer.update_freq=1", f"trainer.compile={str(compile_).lower()}",
+                                   "trainer.compile_mode=reduce-overhead"))
+        torch.manual_seed(0)
+        corpus = load_corpus(cfg.dataset)
+        model = build_model(cfg.model, len(corpus.vocab), True).to(device)
+        obj = build_objective(cfg.objective, len(corpus.vocab)).to(device)
+        t = Trainer(cfg, model, obj, corpus, Path(tmp_path / str(compile_)), device)
+        t.model.train()
+        t.task.begin_epoch(t.model)
+        losses = []
+        for b in t.task.train_batches(1, "train")[:6]:
+            _, nll_sum, n, _ = t.train_update([b], 0.5)
+            t.state.updates += 1
+            losses.append(float(nll_sum) / n)
+        out[compile_] = losses
+        weights[compile_] = {k: v.detach().cpu().clone() for k, v in t.model.state_dict().items()}
+    assert len(out[True]) == 6
+    assert out[True] == pytest.approx(out[False], rel=1e-4)
+    for k, v in weights[False].items():
+        assert torch.allclose(weights[True][k], v, atol=1e-4), k
