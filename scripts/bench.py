@@ -138,7 +138,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
     extra = ["scale=smoke"] if args.smoke else []
     extra += [f"trainer.precision={args.precision}", f"trainer.update_freq={args.update_freq}",
               "trainer.progress=false", f"trainer.compile={'true' if args.compile else 'false'}",
-              f"trainer.compile_mode={args.compile_mode}",
+              f"trainer.compile_mode={getattr(args, 'compile_mode', 'default')}",
               f"trainer.device={device.type}", f"paths.output_dir={run_dir}"]
     if args.batch_size:
         extra.append(f"trainer.batch_size={args.batch_size}")
@@ -206,7 +206,7 @@ def bench_one(model_name: str, objective: str, args, device, run_dir: Path) -> d
         "kind": kind,
         "precision": "bf16" if bf16 else "fp32",
         "compile": bool(args.compile),
-        "compile_mode": args.compile_mode if args.compile else None,
+        "compile_mode": getattr(args, "compile_mode", "default") if args.compile else None,
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(trainer.corpus.vocab),
         "tokens_per_update": tokens,
