@@ -35,8 +35,10 @@ def test_archive_keeps_the_ledger_record_and_its_analyses_and_never_overwrites_a
     (runs / "aaaa" / "analysis" / "continuations_8.json").write_text(json.dumps({"mean_uniq": 3.0}))
     rendered = [dict(record("aaaa"), _row_label="row", _seed=None), record("bbbb", status="running")]
     written = archive_records(out, rendered, runs)
-    kept = json.loads((out / "records" / "aaaa" / "result.json").read_text())
+    text = (out / "records" / "aaaa" / "result.json").read_text()
+    kept = json.loads(text)
     assert kept == record("aaaa")  # the rendering's own keys (_row_label, ...) are not part of the record
+    assert text == json.dumps(record("aaaa"), separators=(",", ":")) + "\n"  # committed: compact, one line
     assert json.loads((out / "records" / "aaaa" / "analysis" / "continuations_8.json").read_text()) == {"mean_uniq": 3.0}
     assert not (out / "records" / "bbbb").exists()  # only complete cells
     assert len(written) == 2 and archive_records(out, rendered, runs) == []  # the same again: nothing rewritten

@@ -68,7 +68,7 @@ def archive_records(table_out: Path, records: list[dict], runs_dir: Path) -> lis
             if old is not None and old.get("started") != record.get("started"):
                 stamp = str(old.get("started") or "unknown").replace(":", "")
                 target.rename(dest / f"result.{stamp}.json")
-            atomic_write_json(target, record, parents=True)
+            atomic_write_json(target, record, parents=True, compact=True)  # committed: per-epoch spectra, ~0.5 MB
             written.append(target)
         for src in sorted((Path(runs_dir) / h / "analysis").glob("*.json")):
             copy = dest / "analysis" / src.name
