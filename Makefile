@@ -1,13 +1,15 @@
 # repdegen: one entry point per job. Run from the repository root.
 PYTHON ?= python
+# the console script of the active environment (pip install . or make install puts it there)
+REPDEGEN ?= repdegen
 # The torch build to install when none is present. On GPU machines the PyPI wheel of this version
 # brings CUDA; on the CPU-only machines of this project it resolves to a local CPU build.
 TORCH_SPEC ?= torch==2.13.0
 TABLE ?= inan2017_t1
 SCALE ?= smoke
 ARGS ?=
-# Corpora: a local directory laid out like ../shared/data, else the Hugging Face hub.
-export REPDEGEN_DATA_DIR ?= $(abspath $(wildcard ../shared/data))
+# Corpora come from the Hugging Face hub, or from a local folder named by the environment variable REPDEGEN_DATA_DIR
+# (README, section "Data"); the variable passes through make to every command.
 
 .PHONY: install test test-fast test-slow test-gpu reproduce-table lint describe help sweep sweep-gamma sweep-alpha aggregate rerender report status
 
@@ -47,21 +49,21 @@ test-gpu:
 
 # TABLE=all (every table) or a comma-separated list; cells run a process each on the local GPUs (reproduce/runs/launch.py)
 reproduce-table:
-	$(PYTHON) -m reproduce.table table=$(TABLE) scale=$(SCALE) $(ARGS)
+	$(REPDEGEN) table table=$(TABLE) scale=$(SCALE) $(ARGS)
 
 # Render every table again from the run ledger (no training; a committed rendering with more complete cells is kept),
 # at each scale of SCALES, then write results/README.md from results/.
 SCALES ?= smoke lite paper
 rerender:
-	for s in $(SCALES); do $(PYTHON) -m reproduce.table table=all scale=$$s render_only=true progress=false $(ARGS) || exit $$?; done
-	$(PYTHON) -m reproduce.report
+	for s in $(SCALES); do $(REPDEGEN) table table=all scale=$$s render_only=true progress=false $(ARGS) || exit $$?; done
+	$(REPDEGEN) report
 
 # results/README.md from the files under results/ (reads what was rendered; composes nothing)
 report:
-	$(PYTHON) -m reproduce.report $(ARGS)
+	$(REPDEGEN) report $(ARGS)
 
 status:
-	$(PYTHON) -m reproduce.status $(ARGS)
+	$(REPDEGEN) status $(ARGS)
 
 lint:
 	$(PYTHON) -m ruff check .
@@ -77,9 +79,9 @@ sweep:
 	  $$(ls conf/sweep | sed 's/\.yaml$$//') "(e.g. make sweep NAME=agg_alpha)" >&2; exit 2; }
 	key=$$($(PYTHON) -c "import yaml; p = yaml.safe_load(open('conf/sweep/$(NAME).yaml'))['hydra']['sweeper']['params']; print(next(k for k in p if k != 'seed'))"); \
 	d="$(or $(SWEEP_DIR),outputs/multirun/$(NAME)-$(SCALE)/$$(date +%Y-%m-%d_%H-%M-%S))"; \
-	$(PYTHON) -m reproduce.train -m +sweep=$(NAME) scale=$(SCALE) $(if $(VALUES),"$$key=$(VALUES)") \
+	$(REPDEGEN) train -m +sweep=$(NAME) scale=$(SCALE) $(if $(VALUES),"$$key=$(VALUES)") \
 	  $(if $(SEEDS),seed=$(SEEDS)) $(if $(EXPERIMENT),experiment=$(EXPERIMENT)) "hydra.sweep.dir=$$d" $(ARGS) \
-	|| { rc=$$?; $(PYTHON) -m reproduce.aggregate "$$d"; exit $$rc; }
+	|| { rc=$$?; $(REPDEGEN) aggregate "$$d"; exit $$rc; }
 
 sweep-gamma:
 	@$(MAKE) --no-print-directory sweep NAME=cosreg_gamma
@@ -90,4 +92,4 @@ sweep-alpha:
 aggregate:
 	@test -n "$(SWEEP_DIR)" || { echo "make aggregate: SWEEP_DIR is empty; expected the folder of a multirun, e.g." \
 	  "make aggregate SWEEP_DIR=outputs/multirun/agg_alpha-smoke/2026-01-31_12-00-00" >&2; exit 2; }
-	$(PYTHON) -m reproduce.aggregate $(SWEEP_DIR) $(ARGS)
+	$(REPDEGEN) aggregate $(SWEEP_DIR) $(ARGS)

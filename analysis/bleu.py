@@ -27,10 +27,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from repdegen.core.errors import DataError
 from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
-from core.errors import DataError
 
 _COMPOUND = re.compile(rb"(\S)-(\S)")  # a bytes pattern: \S is one non-whitespace byte, as in perl
 _TOKENIZER_13A = Tokenizer13a()

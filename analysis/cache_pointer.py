@@ -15,10 +15,9 @@ positions at once with a banded mask.
 from __future__ import annotations
 
 import torch
+from repdegen.analysis.metrics import perplexity
+from repdegen.data.batching import batchify, get_batch
 from torch import nn
-
-from analysis.metrics import perplexity
-from data.batching import batchify, get_batch
 
 
 def _cache_target_prob(h, y, past_h, past_y, first_t, offset, window, theta):

@@ -11,12 +11,12 @@
   frequent groups or the rare-frequent cosine (Yu Fig. 2).
 * :func:`plot_rare_group_size`: size of AGG's dynamic rare group against training step (Yu Fig. 4).
 * Yu Fig. 5 (metrics against AGG's alpha, mean +- std over seeds) is a sweep's plot:
-  ``make sweep-alpha`` then ``reproduce.runs.sweeps`` (``analysis/sweep_figures.py``).
+  ``make sweep-alpha`` then ``repdegen.reproduce.runs.sweeps`` (``analysis/sweep_figures.py``).
 
 Every ``plot_*`` function writes ``path`` (parent folders created) and returns it as a ``Path``; the
 ``figure_*`` functions behind them return the matplotlib ``Figure`` unsaved (tests read the plotted data back).
-A row run with several seeds is passed as an :class:`analysis.figures.Seeds` of its per-seed values and drawn as
-their mean with a min–max band (the conventions of :mod:`analysis.figures`).
+A row run with several seeds is passed as an :class:`repdegen.analysis.figures.Seeds` of its per-seed values and drawn as
+their mean with a min–max band (the conventions of :mod:`repdegen.analysis.figures`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-
-from analysis.figures import (  # noqa: E402
+from repdegen.analysis.figures import (  # noqa: E402
     PART_NAMES,
     PART_STYLES,
     Seeds,  # noqa: F401  (re-exported: the type a caller wraps a row's per-seed values in)
@@ -46,7 +45,7 @@ from analysis.figures import (  # noqa: E402
     seeds_of,
     with_seed_counts,
 )
-from analysis.groups import frequency_groups, group_ids  # noqa: E402
+from repdegen.analysis.groups import frequency_groups, group_ids  # noqa: E402
 
 # Yu et al. 2022 Figs 1, 3: "Red, green, and blue points represent rare, medium, and frequent groups"
 GROUP_COLORS = {"rare": "tab:red", "medium": "tab:green", "frequent": "tab:blue"}
@@ -136,7 +135,7 @@ def plot_svd_projection(weight: torch.Tensor, counts_or_groups, path, title: str
                         max_points: int | None = None, seed: int = 0, point_size: float = 2.0) -> Path:
     """Scatter of :func:`svd_projection` with points coloured by frequency group (red rare, green medium,
     blue frequent, as Yu et al. 2022 Figs 1, 3). ``counts_or_groups``: the groups of
-    :func:`analysis.groups.frequency_groups`, or training counts (then the default 30/50/20% groups).
+    :func:`repdegen.analysis.groups.frequency_groups`, or training counts (then the default 30/50/20% groups).
     ``max_points``: plot a random subset of that many rows (the projection uses every row). Equal axis
     scales, so the angular spread of the cloud is not distorted; the origin is marked. Several matrices side by
     side on the same axes: :func:`plot_svd_projections`."""
@@ -265,7 +264,7 @@ def plot_singular_values(weights: Mapping, path, title: str = "", log: bool = Fa
                          colors: Mapping | None = None) -> Path:
     """One curve of normalised singular values (largest = 1) against their index per label (Gao et al. 2019
     Fig. 2(b), Yu et al. 2022 Fig. 3(c)). ``weights``: {label: a matrix, or its singular values}, or a
-    :class:`analysis.figures.Seeds` of them for a row run with several seeds: the mean of the normalised spectra
+    :class:`repdegen.analysis.figures.Seeds` of them for a row run with several seeds: the mean of the normalised spectra
     (the line) and their min–max (a band). ``colors``: {label: colour} (default: one per label, in order)."""
     return _save(figure_singular_values(weights, title, log, colors), path)
 
@@ -377,12 +376,12 @@ def plot_metric_over_training(histories: Mapping, key: str | Sequence[str], path
                               ncols: int | None = None) -> Path:
     """A metric per evaluation record, one curve per label (Yu et al. 2022 Fig. 2).
 
-    ``histories``: {label: [record, ...]}, or {label: :class:`analysis.figures.Seeds` of such lists} for a row
+    ``histories``: {label: [record, ...]}, or {label: :class:`repdegen.analysis.figures.Seeds` of such lists} for a row
     run with several seeds (drawn as their mean and min–max band, matched by x); ``key``: the metric's key in a
     record (a dotted path reaches into nested dicts, e.g. ``"isotropy.rare"``), or several keys for one panel
     each, in a grid of ``ncols`` columns (default 2: four keys make 2 x 2). x = ``record[x_key]`` when present,
     else the record's 1-based position. Records without the metric are skipped; records with a ``stage`` are
-    drawn as :func:`analysis.figures.plot_validation_curves` draws them (re-training dotted, finetuning dashed).
+    drawn as :func:`repdegen.analysis.figures.plot_validation_curves` draws them (re-training dotted, finetuning dashed).
     ``labels``: {key: axis label} (default: the key); ``x_label``: the x axis's (default: ``x_key``);
     ``colors``: {label: colour} (default: one per label, in order). One legend: inside a single panel where
     the data leaves most room, below a grid."""

@@ -4,10 +4,9 @@ logits, in nats, and PPL = exp(mean NLL) over every predicted token of the split
 from __future__ import annotations
 
 import torch
+from repdegen.analysis.metrics import perplexity
+from repdegen.data.batching import batchify, get_batch
 from torch import nn
-
-from analysis.metrics import perplexity
-from data.batching import batchify, get_batch
 
 
 def _segments(model, ids: torch.Tensor, batch_size: int, bptt: int, device, columns: slice | None = None):

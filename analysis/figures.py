@@ -1,5 +1,5 @@
 """Figures rendered from run histories (PNG, matplotlib's Agg backend: no display needed), and the conventions the
-figures of a table share (:mod:`analysis.embedding_figures` uses them too):
+figures of a table share (:mod:`repdegen.analysis.embedding_figures` uses them too):
 
 * a table row is one colour in every figure (:func:`row_colors`, in the table's row order);
 * a row run with several seeds is drawn as the mean over its seeds (the line) and their min–max (a band,

@@ -96,8 +96,8 @@ def _mean_pair_cos(u: torch.Tensor, min_rows: int | None = None) -> float:
 def group_geometry_metrics(weight: torch.Tensor, counts: torch.Tensor, specials: list[int],
                            init_weight: torch.Tensor | None = None) -> dict[str, float]:
     """``cos_excess_rare`` and, with ``init_weight``, the drift cosines, over the groups of what the run trains on
-    (the within/between means of :func:`analysis.groups.group_cosines`; a group under ``MIN_GROUP`` rows: NaN)."""
-    from analysis.groups import group_cosines
+    (the within/between means of :func:`repdegen.analysis.groups.group_cosines`; a group under ``MIN_GROUP`` rows: NaN)."""
+    from repdegen.analysis.groups import group_cosines
 
     w = weight.double().cpu()
     g = training_groups(counts, specials)

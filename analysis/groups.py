@@ -10,7 +10,7 @@ index >= 36,000 (about 30/50/20% of its 44,256 entries). Its two scripts disagre
 Per-group evaluation (Yu Tables 1-4, official ``eval_lm.py`` / ``evaluation.py``):
 
 * PPL of a group = exp(mean NLL over the predicted positions whose *target* token is in the group);
-  the total PPL is over every position (equal to :func:`analysis.evaluate.evaluate_nll`).
+  the total PPL is over every position (equal to :func:`repdegen.analysis.evaluate.evaluate_nll`).
 * Uniq (Welleck et al. 2020; Yu: "the number of unique next-token predictions") = the number of
   distinct argmax next-token predictions over the split; a group's Uniq counts the distinct predicted
   tokens that belong to the group (so the groups' Uniq add up to the total). The "Human" row of Yu
@@ -26,10 +26,9 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
+from repdegen.analysis.metrics import isotropy, perplexity
+from repdegen.data.batching import batchify, get_batch
 from torch import nn
-
-from analysis.metrics import isotropy, perplexity
-from data.batching import batchify, get_batch
 
 GROUP_NAMES = ("frequent", "medium", "rare")
 AGG_CUTOFFS = (13000, 36000)
@@ -49,8 +48,8 @@ def frequency_groups(counts, fractions: Sequence[float] = (0.3, 0.5, 0.2), cutof
                      n_specials: int | None = None) -> dict[str, Group]:
     """The frequent / medium / rare groups of type ids, by training frequency (Yu et al. 2022, Sec. 3.1).
 
-    ``counts``: the training count of each id (a tensor/sequence, or a ``data.vocab.Vocab`` or
-    ``data.bpe.BPETokenizer``, whose ``.counts`` are used). Our vocabularies are sorted by training
+    ``counts``: the training count of each id (a tensor/sequence, or a ``repdegen.data.vocab.Vocab`` or
+    ``repdegen.data.bpe.BPETokenizer``, whose ``.counts`` are used). Our vocabularies are sorted by training
     frequency, so groups are contiguous id ranges and are returned as ``slice`` objects:
 
     * ``fractions=(f, m, r)`` (default 30/50/20%, the paper's definition): frequent = the first
@@ -73,7 +72,7 @@ def frequency_groups(counts, fractions: Sequence[float] = (0.3, 0.5, 0.2), cutof
     sets of that ranking instead of slices.
     """
     if n_specials is None:
-        from data.bpe import SPECIALS
+        from repdegen.data.bpe import SPECIALS
 
         itos = getattr(counts, "itos", None)
         n_specials = len(SPECIALS) if itos is not None and tuple(itos[: len(SPECIALS)]) == SPECIALS else 0
@@ -116,7 +115,7 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
                   forbid: Sequence[int] = (), mass_sets: Mapping[str, Sequence[int]] | None = None) -> dict:
     """Total and per-group PPL and Uniq of ``ids`` (1-D), in one pass (Yu et al. 2022, Tables 1-4).
 
-    The stream is read exactly as :func:`analysis.evaluate.evaluate_nll` reads it (``batch_size``
+    The stream is read exactly as :func:`repdegen.analysis.evaluate.evaluate_nll` reads it (``batch_size``
     columns, ``bptt`` segments, the recurrent state carried across segments, eval mode), so the total
     PPL equals its PPL. Per position: NLL = the plain softmax cross-entropy of ``model.logits`` (nats);
     the prediction is the argmax of the logits over the vocabulary, never one of ``forbid`` (the
@@ -210,7 +209,7 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
 
 @torch.no_grad()
 def group_isotropy(weight: torch.Tensor, groups: Mapping[str, Group]) -> dict[str, float]:
-    """I(W) (:func:`analysis.metrics.isotropy`) of each group's rows of ``weight`` (N x d), and of all
+    """I(W) (:func:`repdegen.analysis.metrics.isotropy`) of each group's rows of ``weight`` (N x d), and of all
     rows under ``"total"`` (Yu et al. 2022, Tables 1, 2, 10, 11). A group's I(W) uses the eigenvectors of
     its own ``W_g^T W_g``. NaN for an empty group."""
     w = weight.detach()
@@ -229,7 +228,7 @@ def group_cosines(weight: torch.Tensor, groups: Mapping[str, Group],
     "the average cosine similarity between the rare and frequent group embeddings").
 
     * ``out[g]`` for each group g: mean of cos(w_i, w_j) over the ordered pairs i != j of g
-      (as :func:`analysis.metrics.mean_cosine`); NaN with fewer than 2 rows.
+      (as :func:`repdegen.analysis.metrics.mean_cosine`); NaN with fewer than 2 rows.
     * ``out["a_b"]`` for each pair (a, b) in ``between`` (default rare-frequent): mean of cos(w_i, w_j)
       over i in a, j in b.
 

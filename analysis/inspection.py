@@ -11,7 +11,7 @@
   (Yu et al. 2022, Tables 5, 15: "50 BPE tokens are given as prefix and the models are to generate the
   continuation of 100 next BPE tokens", with the "uniq tokens for each text").
 
-(The module is ``analysis.inspection``; import it by that name. Running a file of ``analysis/`` as a script
+(The module is ``repdegen.analysis.inspection``; import it by that name. Running a file of ``analysis/`` as a script
 would put ``analysis/`` first on ``sys.path`` and shadow the standard library's ``inspect``.)
 """
 
@@ -21,9 +21,8 @@ import math
 from collections.abc import Sequence
 
 import torch
+from repdegen.models.generation import lm_continue
 from torch import nn
-
-from models.generation import lm_continue
 
 
 def _name(i: int, itos: Sequence[str] | None):
@@ -70,7 +69,7 @@ def nearest_neighbours(weight: torch.Tensor, ids: Sequence[int | str], k: int = 
 def next_token_distribution(model, prefix_ids: torch.Tensor) -> torch.Tensor:
     """p(next token | prefix) (V,), float32 softmax of ``model.logits`` after the prefix (T,) run from the
     model's initial state (``model.init_state(1)``; None for stateless models, which see at most their
-    last ``cfg.max_positions`` tokens, as in :func:`models.generation.lm_continue`). Eval mode; the
+    last ``cfg.max_positions`` tokens, as in :func:`repdegen.models.generation.lm_continue`). Eval mode; the
     training flag is restored afterwards."""
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long).reshape(-1, 1).to(_model_device(model))
     if prefix.size(0) < 1:
@@ -165,7 +164,7 @@ def continuation_uniq(model, test_ids: torch.Tensor, prefix_len: int = 50, steps
     Prefixes: the consecutive, non-overlapping ``prefix_len``-token chunks of ``test_ids`` (1-D), as the
     official AGG / unlikelihood-training evaluation cuts the split (``batch_input_sequence_by_prefix_length``);
     the first ``n`` of them (default: all full chunks). Each prefix is run from the model's initial state
-    and continued greedily for ``steps`` tokens with :func:`models.generation.lm_continue` (no early stop
+    and continued greedily for ``steps`` tokens with :func:`repdegen.models.generation.lm_continue` (no early stop
     at eos; ``forbid`` ids are never generated), in batches of ``batch_size`` prefixes.
 
     Uniq of a continuation = the number of distinct tokens among its ``steps`` generated tokens (the

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.geometry import spectrum_metrics
+from repdegen.analysis.geometry import spectrum_metrics
 
 
 def valid_ppl_curve_mean(record: dict) -> float:

@@ -1,6 +1,6 @@
 """The figure of a sweep: one metric against the swept value, mean +- std over seeds (the shape of Yu et
 al. 2022 Fig. 5, "Hyper-parameter (alpha) sensitivity of AGG": (a) perplexity, (b) Uniq, (c) I(W), one
-panel each). :mod:`reproduce.runs.sweeps` writes one PNG per metric with :func:`plot_sweep_metric`.
+panel each). :mod:`repdegen.reproduce.runs.sweeps` writes one PNG per metric with :func:`plot_sweep_metric`.
 
 The points are the aggregate's own numbers (no second summary here), so the figure and
 ``aggregate.md`` cannot disagree. The x-axis is logarithmic when the values span a decade or more
@@ -18,8 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-from analysis.embedding_figures import _save  # noqa: E402
+from repdegen.analysis.embedding_figures import _save  # noqa: E402
 
 
 @dataclass

@@ -12,9 +12,9 @@ dictionary contributes the ``<unk>`` row), scores a pair by the cosine of the tw
 
 Here (:func:`word_vector`):
 
-* word-level vocabulary (``data.vocab.Vocab`` or anything with ``stoi``): the word's row, looked up
+* word-level vocabulary (``repdegen.data.vocab.Vocab`` or anything with ``stoi``): the word's row, looked up
   case-sensitively first, then lowercased (PTB is lowercased; WS353 writes "Jerusalem", "CD");
-* BPE (``data.bpe.BPETokenizer``): ``tokenizer.encode(word)``; sentencepiece prefixes the word with its
+* BPE (``repdegen.data.bpe.BPETokenizer``): ``tokenizer.encode(word)``; sentencepiece prefixes the word with its
   "▁" word-start marker, so the word is split as it would be at the start of a word in running text,
   and the vector is the mean of its pieces' rows (as the AGG code averages sub-word embeddings). The
   AGG code calls ``GPT2Tokenizer.tokenize(word)`` without a leading space, i.e. it uses the
@@ -51,10 +51,9 @@ Pair = tuple[str, str, float]
 
 
 def default_wordsim_dir() -> Path:
-    """``$REPDEGEN_DATA_DIR/word-sim``, else ``../shared/data/word-sim`` next to the repository."""
+    """``$REPDEGEN_DATA_DIR/word-sim``, else ``./word-sim`` (the word-similarity sets are files, not hub datasets)."""
     root = os.environ.get("REPDEGEN_DATA_DIR")
-    base = Path(root).expanduser() if root else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return base / "word-sim"
+    return (Path(root).expanduser() if root else Path(".")) / "word-sim"
 
 
 def load_wordsim(path: str | Path) -> list[Pair]:
@@ -86,7 +85,9 @@ def load_wordsim_datasets(root: str | Path | None = None, names: Sequence[str] =
             raise KeyError(f"unknown word-similarity dataset {name!r}; known: {sorted(WORDSIM_FILES)}")
         path = root / WORDSIM_FILES[name]
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found (set REPDEGEN_DATA_DIR to the folder holding word-sim/)")
+            raise FileNotFoundError(f"{path} not found: the word-similarity sets are read from $REPDEGEN_DATA_DIR/word-sim/ "
+                                    f"({WORDSIM_FILES[name]} and the others of WORDSIM_FILES); set REPDEGEN_DATA_DIR "
+                                    f"to the folder holding word-sim/, or pass its path")
         out[name] = load_wordsim(path)
     return out
 

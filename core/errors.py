@@ -1,5 +1,5 @@
 """The error types of a user's mistake (a bad config value, missing or corrupt data or files): the message names
-the bad value, what was expected, and how to fix it. Entry points (``reproduce.errors``) print them as one line
+the bad value, what was expected, and how to fix it. Entry points (``repdegen.reproduce.errors``) print them as one line
 without a traceback; see there for the exit statuses."""
 
 from __future__ import annotations

@@ -1,23 +1,24 @@
 """One loader per kind of file the project reads: each reads its file, checks its schema (the top-level type, the
 required keys and their types) and returns what a plain ``json``/``yaml``/``OmegaConf``/``torch`` read returns. A
-file that is not what its writer writes raises :class:`BadFile` (a :class:`~core.errors.CorruptFile`), whose message
+file that is not what its writer writes raises :class:`BadFile` (a :class:`~repdegen.core.errors.CorruptFile`), whose message
 names the file, what is wrong (the key, expected against found) and the fix. A missing file is the caller's to handle
 (``FileNotFoundError``, as a plain read raises it).
 
 =========================  ==================================  ===============================================
 kind                       loader                              written by
 =========================  ==================================  ===============================================
-``result.json``            :func:`load_run_record`             ``reproduce.train`` (:mod:`reproduce.runs.ledger`)
-``.pt`` checkpoint/weights :func:`load_checkpoint`             :mod:`reproduce.engine.checkpoint`
+``result.json``            :func:`load_run_record`             ``repdegen.reproduce.train``
+(:mod:`repdegen.reproduce.runs.ledger`)
+``.pt`` checkpoint/weights :func:`load_checkpoint`             :mod:`repdegen.reproduce.engine.checkpoint`
 ``.pt`` tensor             :func:`load_tensor_file`            ``vocab_counts.pt``, ``init_embedding.pt``
-``cell.yaml``              :func:`load_cell_yaml`              :func:`reproduce.runs.launch.write_cell_config`
-``cells.json``             :func:`load_cells_json`             :func:`reproduce.runs.tables.render`
-``claims.json``            :func:`load_claims_json`            :func:`reproduce.runs.tables.render`
-``table.csv``              :func:`load_table_csv`              :func:`reproduce.runs.tables.render`
+``cell.yaml``              :func:`load_cell_yaml`              :func:`repdegen.reproduce.runs.launch.write_cell_config`
+``cells.json``             :func:`load_cells_json`             :func:`repdegen.reproduce.runs.tables.render`
+``claims.json``            :func:`load_claims_json`            :func:`repdegen.reproduce.runs.tables.render`
+``table.csv``              :func:`load_table_csv`              :func:`repdegen.reproduce.runs.tables.render`
 ``bench/*/*.json``         :func:`load_bench_json`             ``scripts/bench.py``
-``registration.json``      :func:`load_registration`           :mod:`reproduce.runs.registration`
+``registration.json``      :func:`load_registration`           :mod:`repdegen.reproduce.runs.registration`
 ``.hydra/overrides.yaml``  :func:`load_overrides`              Hydra, for each job of a sweep
-``failure.json``           :func:`load_failure_note`           :func:`reproduce.errors.write_failure_note`
+``failure.json``           :func:`load_failure_note`           :func:`repdegen.reproduce.errors.write_failure_note`
 =========================  ==================================  ===============================================
 """
 
@@ -28,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.errors import CorruptFile
+from repdegen.core.errors import CorruptFile
 
-# the status of a run record (result.json) whose run finished (reproduce.runs.ledger re-exports it)
+# the status of a run record (result.json) whose run finished (repdegen.reproduce.runs.ledger re-exports it)
 STATUS_COMPLETE = "complete"
 
 
@@ -43,10 +44,10 @@ class BadFile(CorruptFile):
 
 
 class CorruptRecord(BadFile):
-    """A ``result.json`` that is not the JSON object ``reproduce.train`` writes (truncated, edited)."""
+    """A ``result.json`` that is not the JSON object ``repdegen.reproduce.train`` writes (truncated, edited)."""
 
     def __init__(self, path: Path, why: str, fix: str):
-        super().__init__(path, "valid run record", why, "the JSON object reproduce.train writes", fix)
+        super().__init__(path, "valid run record", why, "the JSON object repdegen.reproduce.train writes", fix)
 
 
 # ---- the shared helpers: read a JSON / YAML document, check its keys ------------------------------------
@@ -156,7 +157,7 @@ def _torch_load(path: Path, what: str, fix: str, **kwargs) -> Any:
     except Exception as err:  # noqa: BLE001 - pickle, zip and EOF errors of a damaged file
         why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CorruptFile(path, f"{path} cannot be read as a {what} ({type(err).__name__}: {why[:160]}); expected a "
-                                f"complete file written by reproduce.train (a full disk or an unfinished copy "
+                                f"complete file written by repdegen.reproduce.train (a full disk or an unfinished copy "
                                 f"truncates it); {fix}") from None
 
 
@@ -166,7 +167,7 @@ def load_checkpoint(path: Path, what: str, fix: str, map_location="cpu") -> dict
     blob = _torch_load(path, what, fix, map_location=map_location, weights_only=False)
 
     def error(why: str) -> CorruptFile:
-        return CorruptFile(path, f"{path} is not a {what} of reproduce.train ({why}); expected a dict with the model "
+        return CorruptFile(path, f"{path} is not a {what} of repdegen.reproduce.train ({why}); expected a dict with the model "
                                  f"weights under 'model'; {fix}")
 
     if not isinstance(blob, dict):
@@ -195,7 +196,7 @@ def load_tensor_file(path: Path, what: str, fix: str, **kwargs) -> Any:
     blob = _torch_load(path, what, fix, **kwargs)
     if not isinstance(blob, torch.Tensor):
         raise CorruptFile(path, f"{path} is not a {what} (a {type(blob).__name__}, not a tensor); expected the "
-                                f"tensor reproduce.train saves; {fix}")
+                                f"tensor repdegen.reproduce.train saves; {fix}")
     return blob
 
 
@@ -208,11 +209,11 @@ def load_cell_yaml(path: Path, fix: str | None = None):
     ``dataset``, ``model``, ``objective`` and ``trainer`` are mappings."""
     from omegaconf import OmegaConf
 
-    fix = fix or (f"run the table again to write it anew (python -m reproduce.table ...), or move {Path(path).parent} "
+    fix = fix or (f"run the table again to write it anew (repdegen table ...), or move {Path(path).parent} "
                   f"aside")
 
     def error(why: str) -> CorruptFile:
-        return BadFile(path, "cell config", why, "the finalized training config reproduce.runs.tables writes", fix)
+        return BadFile(path, "cell config", why, "the finalized training config repdegen.reproduce.runs.tables writes", fix)
 
     cfg = read_document(path, "omegaconf", dict, error)
     check_keys(OmegaConf.to_container(cfg, resolve=False), CELL_KEYS, error)
@@ -220,18 +221,18 @@ def load_cell_yaml(path: Path, fix: str | None = None):
 
 
 # ---- a rendered table's cells.json and claims.json ----------------------------------------------------------
-FIX_RENDERING = "render the table again (python -m reproduce.table table=<table> scale=<scale> render_only=true)"
+FIX_RENDERING = "render the table again (repdegen table table=<table> scale=<scale> render_only=true)"
 
 
 def load_cells_json(path: Path, fix: str = FIX_RENDERING) -> dict:
     """A rendered table's ``cells.json``: an object with a ``cells`` list of objects; ``command`` a string,
     ``meta`` and ``figures`` objects, when there."""
-    data = _json_object(path, "rendered table's cells.json", "the JSON object reproduce.runs.tables writes", fix,
+    data = _json_object(path, "rendered table's cells.json", "the JSON object repdegen.reproduce.runs.tables writes", fix,
                         {"cells": list}, {"command": (str, type(None)), "meta": dict, "figures": dict})
     for i, cell in enumerate(data["cells"]):
         if not isinstance(cell, dict):
             raise BadFile(path, "rendered table's cells.json", f"cells[{i}] is {_found(cell)}; expected an object",
-                          "the JSON object reproduce.runs.tables writes", fix)
+                          "the JSON object repdegen.reproduce.runs.tables writes", fix)
     return data
 
 
@@ -239,13 +240,13 @@ def rendering_fix(path: Path) -> str:
     """:data:`FIX_RENDERING` for a file of a rendering, ``<tables_dir>/<table>/<scale>/<file>``: its table and scale
     filled in, or restoring the committed file from git."""
     path = Path(path)
-    return (f"render the table again (python -m reproduce.table table={path.parent.parent.name} "
+    return (f"render the table again (repdegen table table={path.parent.parent.name} "
             f"scale={path.parent.name} render_only=true) or restore the file from git (git checkout -- {path})")
 
 
 def load_claims_json(path: Path, fix: str = FIX_RENDERING) -> dict:
     """A rendered table's ``claims.json``: an object with a ``claims`` list of objects, each with its ``text``."""
-    expected = "the JSON object reproduce.runs.tables writes"
+    expected = "the JSON object repdegen.reproduce.runs.tables writes"
     data = _json_object(path, "rendered table's claims.json", expected, fix, {"claims": list}, {"seeds": list})
     for i, claim in enumerate(data["claims"]):
         def error(why: str) -> CorruptFile:
@@ -265,7 +266,7 @@ def load_table_csv(path: Path, fix: str = FIX_RENDERING) -> list[dict]:
     ``config_hash`` columns, and every row as many fields as the header."""
     import csv
 
-    expected = f"the CSV reproduce.runs.tables writes, with the columns {', '.join(TABLE_CSV_COLUMNS)}"
+    expected = f"the CSV repdegen.reproduce.runs.tables writes, with the columns {', '.join(TABLE_CSV_COLUMNS)}"
 
     def error(why: str) -> CorruptFile:
         return BadFile(path, "rendered table's table.csv", why, expected, fix)
@@ -329,7 +330,7 @@ def load_registration(path: Path) -> dict:
     """A table's ``registration.json``: an object whose ``claims`` and ``cells`` are objects."""
     fix = (f"it records when the table's claims and cells were fixed; restore it from git (git checkout -- {path}) "
            f"rather than deleting it: without it every verdict renders as changed after run")
-    return _json_object(path, "registration file", "the JSON object reproduce.table writes", fix,
+    return _json_object(path, "registration file", "the JSON object repdegen.reproduce.table writes", fix,
                         {"claims": dict, "cells": dict})
 
 
@@ -356,9 +357,9 @@ def load_failure_note(path: Path) -> dict:
 
 
 def load_job_spec(path: Path) -> dict:
-    """A sweep job's ``run_spec.json`` (:func:`reproduce.settings.resolve.record_job_spec`): an object with the run's
+    """A sweep job's ``run_spec.json`` (:func:`repdegen.reproduce.settings.resolve.record_job_spec`): an object with the run's
     ``config_hash`` and its ledger folder ``runs_dir``."""
-    return _json_object(path, "job spec", "the JSON object reproduce.train writes for each job of a sweep",
+    return _json_object(path, "job spec", "the JSON object repdegen.reproduce.train writes for each job of a sweep",
                         "delete it to find the job's run by composing its overrides again", {"config_hash": str,
                                                                                              "runs_dir": str},
                         {"overrides": list})

@@ -8,7 +8,7 @@ here a one-thread paper cell spent ~27 % of its CPU time in the kernel (~115,000
 stay there for the next update. Nothing computed changes (where a buffer lives does not change its arithmetic);
 memory held stays at the run's peak instead of falling between updates. Measured in results/bench/cpu/README.md.
 
-Applied by :class:`reproduce.engine.trainer.Trainer` on a CPU device. ``REPDEGEN_MALLOC=system`` keeps glibc's
+Applied by :class:`repdegen.reproduce.engine.trainer.Trainer` on a CPU device. ``REPDEGEN_MALLOC=system`` keeps glibc's
 defaults; a C library other than glibc (macOS, musl) is left alone.
 """
 
@@ -49,7 +49,7 @@ def keep_freed_memory() -> str:
         return _applied
     choice = os.environ.get(ENV, "reuse").strip().lower() or "reuse"
     if choice not in CHOICES:
-        from core.errors import UserError
+        from repdegen.core.errors import UserError
 
         raise UserError(f"{ENV}={os.environ[ENV]!r} is not one of {', '.join(CHOICES)}: 'reuse' (the default) keeps "
                         f"freed memory in the process on CPU runs, 'system' keeps glibc's defaults. Set it to one "

@@ -11,15 +11,21 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+# the folder above the package's code: a git checkout when repdegen runs from one (an editable install), else the
+# site-packages folder of a wheel (no git: the commit is "unknown" and the installed version is recorded)
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
 
 
 @lru_cache(maxsize=1)
 def git_commit() -> dict:
     def run(*args: str) -> str:  # "XY path" lines of --porcelain keep their leading blank: strip the end only
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.rstrip()
+        return subprocess.run(["git", *args], cwd=SOURCE_ROOT, capture_output=True, text=True, timeout=10).stdout.rstrip()
 
     try:
+        # only this package's own checkout: a wheel inside some other git repository (a virtualenv in a project) is not
+        top = run("rev-parse", "--show-toplevel")
+        if not top or Path(top).resolve() != SOURCE_ROOT:
+            return {"commit": "unknown", "dirty": False}
         commit = run("rev-parse", "HEAD") or "unknown"
         changed = [line[3:] for line in run("status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()]
     except (OSError, subprocess.SubprocessError):
@@ -43,15 +49,27 @@ def uncommitted_note(git: dict) -> str:
     return " (uncommitted changes in results/ only)" if only_results_changed(git) else " (uncommitted changes)"
 
 
+# the command that started this process when it came through ``repdegen <command>`` (repdegen.reproduce.cli.main)
+ENTRY: str | None = None
+
+
 def command_line(argv: list[str] | None = None) -> str:
-    """How this process was started, as the user would type it: ``python -m reproduce.train a=b ...``."""
+    """How this process was started, as the user would type it: ``repdegen train a=b ...``, or ``python -m
+    repdegen.reproduce.train a=b ...`` for a module run with ``-m``."""
     argv = list(sys.argv if argv is None else argv)
-    script = Path(argv[0]).resolve() if argv else Path("?")
-    try:
-        module = ".".join(script.relative_to(REPO_ROOT).with_suffix("").parts)
-        head = f"python -m {module}"
-    except ValueError:
-        head = Path(argv[0]).name if argv else "?"
+    if ENTRY is not None:
+        head = ENTRY
+    else:
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        script = Path(argv[0]).resolve() if argv else Path("?")
+        if spec is not None and spec.name and Path(getattr(main, "__file__", "") or "?").resolve() == script:
+            head = f"python -m {spec.name.removesuffix('.__main__')}"
+        else:
+            try:  # a script of the checkout, run by path
+                head = f"python {script.relative_to(SOURCE_ROOT)}"
+            except ValueError:
+                head = Path(argv[0]).name if argv else "?"
     return " ".join([head, *argv[1:]])
 
 
@@ -75,7 +93,7 @@ def hardware(device: torch.device | str | None = None) -> dict:
         "torch_threads": torch.get_num_threads(),
         "device": str(device) if device is not None else "cpu",
     }
-    from core import malloc
+    from repdegen.core import malloc
 
     if malloc.applied() is not None:  # the allocator setting of a CPU run (core/malloc.py)
         info["malloc"] = malloc.applied()

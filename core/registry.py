@@ -15,8 +15,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
-
-from core.errors import ConfigError
+from repdegen.core.errors import ConfigError
 
 
 class Registry:

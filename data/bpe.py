@@ -3,7 +3,7 @@
     tok = train_bpe(lines, vocab_size=8000, cache_dir="outputs/cache", name="multi30k")
     tok.encode("Ein Hund läuft.")      # [ids] (no EOS)
     tok.decode(ids)                     # detokenized text; <pad>/<s>/</s> skipped
-    tok.vocab()                         # data.vocab.Vocab (itos, counts, eos="</s>", unk="<unk>")
+    tok.vocab()                         # repdegen.data.vocab.Vocab (itos, counts, eos="</s>", unk="<unk>")
 
 Ids: ``PAD, BOS, EOS, UNK = 0, 1, 2, 3``, then the sentencepiece pieces sorted by their count in the
 encoded training lines (descending; ties by sentencepiece id), so frequency groups are slices of the
@@ -37,10 +37,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from core.errors import ConfigError, DataError
-from core.files import cache_write
-from data.vocab import Vocab
+from repdegen.core.errors import ConfigError, DataError
+from repdegen.core.files import cache_write
+from repdegen.data.vocab import Vocab
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")

@@ -6,7 +6,7 @@ split only; ids are sorted by training frequency (most frequent first, ties in o
 appearance), and the counts are kept, so frequency groups are slices of the id range.
 
 ``dataset.tokenizer=bpe``: a sentencepiece BPE model of ``dataset.bpe_vocab_size`` ids is trained on
-the training split's lines (cached under ``<cache_dir>/bpe``, see :mod:`data.bpe`); each line becomes
+the training split's lines (cached under ``<cache_dir>/bpe``, see :mod:`repdegen.data.bpe`); each line becomes
 its pieces + ``</s>``; the word ``dataset.unk`` (WikiText's ``<unk>``) maps to ``<unk>``. Ids are sorted
 by training frequency after the four specials ``<pad> <s> </s> <unk>``; ``Corpus.tokenizer`` decodes.
 
@@ -44,12 +44,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from core.errors import ConfigError, DataError
-from core.files import cache_write, remove_stale_cache_temps
-from data.bpe import EOS, SPECIALS, UNK, train_bpe
-from data.kinds import register_kind
-from data.vocab import Vocab
+from repdegen.core.errors import ConfigError, DataError
+from repdegen.core.files import cache_write, remove_stale_cache_temps
+from repdegen.data.bpe import EOS, SPECIALS, UNK, train_bpe
+from repdegen.data.kinds import register_kind
+from repdegen.data.vocab import Vocab
 
 SPLITS = ("train", "valid", "test")
 CACHE_FORMAT = 1
@@ -63,7 +62,7 @@ class Corpus:
     test: torch.Tensor
     vocab: Vocab
     provenance: dict
-    # the data.bpe.BPETokenizer of a BPE corpus (None for word-level corpora)
+    # the repdegen.data.bpe.BPETokenizer of a BPE corpus (None for word-level corpora)
     tokenizer: Any = None
 
     def split(self, name: str) -> torch.Tensor:
@@ -334,7 +333,7 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
     kind = getattr(cfg, "kind", "lm")
     if kind != "lm":
         raise ConfigError(f"dataset.kind={kind!r}: load_corpus reads language-model corpora (kind=lm); "
-                        f"load translation corpora with data.translation.load_parallel_corpus")
+                        f"load translation corpora with repdegen.data.translation.load_parallel_corpus")
     tokenizer_name = getattr(cfg, "tokenizer", "word")
     if tokenizer_name not in ("word", "bpe"):
         raise ConfigError(f"dataset.tokenizer={tokenizer_name!r} is not one of word, bpe; set dataset.tokenizer=word or bpe")

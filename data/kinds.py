@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from core.errors import ConfigError
+from repdegen.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def names() -> tuple[str, ...]:
 def get(name: str) -> DatasetKind:
     if name not in _KINDS:
         raise ConfigError(f"dataset.kind={name!r} is not one of {', '.join(names())}; a new kind registers itself with "
-                          f"data.kinds.register_kind beside its loader")
+                          f"repdegen.data.kinds.register_kind beside its loader")
     return _KINDS[name]
 
 

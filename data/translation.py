@@ -4,7 +4,7 @@
     order = token_batches(split.src_lens(), split.tgt_lens(), max_tokens=4096, shuffle=True, seed=epoch)
     batch = collate(corpus.train, order[0]).to(device)         # TranslationBatch
 
-Sources (``dataset.source``), as in :mod:`data.corpus`:
+Sources (``dataset.source``), as in :mod:`repdegen.data.corpus`:
   * ``local``: ``<data_dir>/<local_dir>/<files[split].format(lang=...)>``, one sentence per line, line i of
     the two languages aligned (``files`` use a ``{lang}`` placeholder; relative paths such as
     ``../wmt14-newstest2014/newstest2014.{lang}`` work);
@@ -14,7 +14,7 @@ Sources (``dataset.source``), as in :mod:`data.corpus`:
   * ``disk``: a ``DatasetDict`` saved with ``save_to_disk`` at ``disk_path``, same record layout;
   * ``auto``: ``local`` when a data directory is set, else ``hub``.
 
-One joint BPE model (:func:`data.bpe.train_bpe`) is trained on the training sentences of both languages
+One joint BPE model (:func:`repdegen.data.bpe.train_bpe`) is trained on the training sentences of both languages
 (the language that sorts first, then the other), so the same cached model and encoded corpus serve both
 directions. Every sentence is its BPE ids + ``</s>``. Training pairs with an empty side, more than
 ``max_len`` BPE tokens on either side (EOS not counted) or a length ratio above ``max_len_ratio`` are
@@ -37,12 +37,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from core.errors import ConfigError, DataError
-from core.files import cache_write, remove_stale_cache_temps
-from data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
-from data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
-from data.kinds import register_kind
+from repdegen.core.errors import ConfigError, DataError
+from repdegen.core.files import cache_write, remove_stale_cache_temps
+from repdegen.data.bpe import EOS, PAD, BPETokenizer, cached_path, train_bpe
+from repdegen.data.corpus import SPLITS, Vocab, _read_lines, load_dataset_dict, local_base, resolve_source
+from repdegen.data.kinds import register_kind
 
 PARALLEL_CACHE_FORMAT = 1
 
@@ -169,7 +168,7 @@ def _cache_key(info: dict, tokenizer: BPETokenizer) -> str:
 def _check_cfg(cfg) -> tuple[str, str]:
     if getattr(cfg, "kind", "translation") != "translation":
         raise ConfigError(f"dataset.kind={cfg.kind!r}: load_parallel_corpus reads translation corpora; "
-                          f"set dataset.kind=translation or load the corpus with data.corpus.load_corpus")
+                          f"set dataset.kind=translation or load the corpus with repdegen.data.corpus.load_corpus")
     if getattr(cfg, "tokenizer", "bpe") != "bpe":
         raise ConfigError(f"dataset.tokenizer={cfg.tokenizer!r}: translation corpora use a joint BPE vocabulary; "
                           f"set dataset.tokenizer=bpe")

@@ -1,5 +1,5 @@
 """The vocabulary of a corpus: types sorted by training frequency with their counts, so frequency groups are
-slices of the id range (word-level corpora build it in :mod:`data.corpus`, BPE ones in :mod:`data.bpe`)."""
+slices of the id range (word-level corpora build it in :mod:`repdegen.data.corpus`, BPE ones in :mod:`repdegen.data.bpe`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ model's ``output_embedding`` / ``output_bias`` itself, and returns an :class:`Ob
 Adding one = one module here (found automatically) with a config dataclass extending
 :class:`ObjectiveConfig` and a class registered with ``@register_objective(name, ConfigClass)``, plus
 ``conf/objective/<name>.yaml``. Outside this package: the module's path in ``REPDEGEN_PLUGINS`` and the
-YAML's folder on Hydra's search path (``core.registry.load_plugins``; README, "Adding an objective").
+YAML's folder on Hydra's search path (``repdegen.core.registry.load_plugins``; README, "Adding an objective").
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from repdegen.core.errors import ConfigError
+from repdegen.core.registry import Registry, import_submodules
 from torch import nn
-
-from core.errors import ConfigError
-from core.registry import Registry, import_submodules
 
 OBJECTIVES = Registry("objective", "name")
 register_objective = OBJECTIVES.register
@@ -27,15 +26,16 @@ register_objective = OBJECTIVES.register
 @dataclass
 class ObjectiveConfig:
     """What every objective's config has: its registered ``name`` and ``tie_weights`` (None: the model's own
-    default, tied for AWD-LSTM and the Transformers, untied for the LSTMs of Inan et al.; ``reproduce.settings.config.finalize``
+    default, tied for AWD-LSTM and the Transformers, untied for the LSTMs of Inan et al.;
+    ``repdegen.reproduce.settings.config.finalize``
     resolves it and writes the result to ``model.tie_weights`` too)."""
 
     name: str = "?"
     tie_weights: bool | None = None
     # None: the loss over all N rows at once; an int: the output layer and its softmax loss chunk_rows rows at a
-    # time, the gradients formed in the forward pass (losses.fused.chunked_softmax_loss: no N x V tensor; the same
+    # time, the gradients formed in the forward pass (repdegen.losses.fused.chunked_softmax_loss: no N x V tensor; the same
     # values up to summation order). For the objectives whose ``supports_chunk_rows`` says so (MLE, RE, fused AGG; AL
-    # and REAL with target_grad official or none: losses.al.chunked_augmented_loss). Not part of the config hash.
+    # and REAL with target_grad official or none: repdegen.losses.al.chunked_augmented_loss). Not part of the config hash.
     chunk_rows: int | None = None
 
 
@@ -163,3 +163,16 @@ def objective_names() -> list[str]:
 
 
 import_submodules(__name__, __path__)  # every module here registers its objectives
+
+# the objectives by name, for use outside the trainer: from repdegen.losses import AGG, CosReg
+from repdegen.losses.adv_mle import AdvMLE  # noqa: E402
+from repdegen.losses.agg import AGG  # noqa: E402
+from repdegen.losses.al import AugmentedLoss  # noqa: E402
+from repdegen.losses.cosreg import CosReg  # noqa: E402
+from repdegen.losses.freeze import Freeze  # noqa: E402
+from repdegen.losses.mle import MLE  # noqa: E402
+from repdegen.losses.sc import SpectrumControl  # noqa: E402
+from repdegen.losses.ul import Unlikelihood  # noqa: E402
+
+__all__ = ["AGG", "MLE", "AdvMLE", "AugmentedLoss", "CosReg", "Freeze", "Objective", "ObjectiveConfig", "ObjectiveOutput",
+           "SpectrumControl", "Unlikelihood", "build_objective", "objective_names", "register_objective"]

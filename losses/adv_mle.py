@@ -35,10 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 from torch import nn
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
 
 
 @dataclass

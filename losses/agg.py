@@ -77,11 +77,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses.fused import chunked_softmax_loss, fused_softmax_loss
 from torch import nn
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
-from losses.fused import chunked_softmax_loss, fused_softmax_loss
 
 IMPLEMENTATIONS = ("fused", "literal")
 

@@ -25,11 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses.fused import store_chunk_grad_h
 from torch import nn
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
-from losses.fused import store_chunk_grad_h
 
 
 @dataclass

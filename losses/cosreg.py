@@ -22,10 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
 from torch import nn
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
 
 
 @dataclass

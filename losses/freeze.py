@@ -1,7 +1,7 @@
 """Freezing experiments of Yu et al. (2022), Sec. 3 (Table 1, Figure 2; Table 2).
 
 The rare group is the rarest ``rare_fraction`` (20%) of the vocabulary by training frequency (Sec.
-3.1: 30/50/20% frequent/medium/rare; ``analysis.groups.frequency_groups``), special symbols excluded.
+3.1: 30/50/20% frequent/medium/rare; ``repdegen.analysis.groups.frequency_groups``), special symbols excluded.
 It is fixed for the whole run (it comes from the corpus, not from AGG's memory).
 
 ``mode=embedding`` (Table 1, Figure 2: "freezing the rare group token embeddings in their initial
@@ -26,10 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
-from losses.fused import fused_softmax_loss
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses.fused import fused_softmax_loss
 
 MODES = ("embedding", "parts")
 PARTS = ("b", "c")
@@ -71,7 +70,7 @@ class Freeze(Objective):
             raise ConfigError(f"objective.until_step={cfg.until_step} must be >= 0, or null to freeze for the whole run")
 
     def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
-        from analysis.groups import frequency_groups
+        from repdegen.analysis.groups import frequency_groups
 
         rest = (1.0 - self.cfg.rare_fraction) / 2
         groups = frequency_groups(train_counts, fractions=(rest, rest, self.cfg.rare_fraction))

@@ -24,7 +24,7 @@ with ``gates = (g1, g2, rare_rows)`` (AGG): the NLL part is scaled column-wise b
 is not rare) or g2 (rare target), the target's own entry ungated; the UL part is left ungated
 (``gate_ul=False``, UL+AGG as Yu et al.: AGG gates the NLL only) or gated like the NLL (``gate_ul=True``,
 the variant ``ul_agg_gated``). ``candidates = (cand, valid)`` come from
-:func:`losses.ul.unlikelihood_candidates`.
+:func:`repdegen.losses.ul.unlikelihood_candidates`.
 
 Passes over the (N, V) logits: the forward keeps the logits as the matmul gave them (bf16 under autocast) and
 the row log-normalisers, computed in float32/64 row chunk by row chunk (no full-precision copy, no

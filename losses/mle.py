@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
-from losses.fused import chunked_softmax_loss
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses.fused import chunked_softmax_loss
 
 
 @dataclass

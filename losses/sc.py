@@ -42,9 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
 
 PRIORS = ("polynomial", "exponential")
 NORMALIZE = ("max", "none")

@@ -21,7 +21,7 @@ once), and row t gathers its sequence's grid row, keeping position j when j < po
 occurrence and grid[j] != y_t. Memory is O(N L) (indices and gathered log-probabilities), never
 O(N L V) and not even an (N, V) mask; L is the longest sequence in the batch.
 
-Training computes the loss with :func:`losses.fused.fused_softmax_loss`: one ``log_softmax`` gives both the
+Training computes the loss with :func:`repdegen.losses.fused.fused_softmax_loss`: one ``log_softmax`` gives both the
 NLL and the candidates' probabilities, and the backward forms the logit gradient in place (no second
 normaliser, no dense scatter for the gather's gradient, no host sync when the layout knows its length).
 ``unlikelihood_token_sum`` is the plain autograd form, kept as the reference the tests compare against.
@@ -32,10 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from core.errors import ConfigError
-from losses import Objective, ObjectiveConfig, ObjectiveOutput, TokenLayout, register_objective
-from losses.fused import fused_softmax_loss
+from repdegen.core.errors import ConfigError
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, TokenLayout, register_objective
+from repdegen.losses.fused import fused_softmax_loss
 
 
 @dataclass

@@ -23,12 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from core.errors import ConfigError
-from losses import ObjectiveOutput, register_objective
-from losses.agg import AGG, AGGConfig
-from losses.fused import fused_softmax_loss
-from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
+from repdegen.core.errors import ConfigError
+from repdegen.losses import ObjectiveOutput, register_objective
+from repdegen.losses.agg import AGG, AGGConfig
+from repdegen.losses.fused import fused_softmax_loss
+from repdegen.losses.ul import unlikelihood_candidates, unlikelihood_token_sum
 
 
 @dataclass

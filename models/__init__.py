@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.registry import Registry, import_submodules
+from repdegen.core.registry import Registry, import_submodules
 
 MODELS = Registry("model", "arch")
 register_model = MODELS.register

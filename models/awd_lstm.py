@@ -22,12 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from repdegen.core.errors import ConfigError
+from repdegen.models import register_model
+from repdegen.models.base import LanguageModel, ModelOutput
 from torch import nn
 from torch.func import functional_call
-
-from core.errors import ConfigError
-from models import register_model
-from models.base import LanguageModel, ModelOutput
 
 
 @dataclass

@@ -52,8 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from core.errors import ConfigError
+from repdegen.core.errors import ConfigError
 
 StepFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 

@@ -27,11 +27,10 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from repdegen.core.errors import ConfigError
+from repdegen.models import register_model
+from repdegen.models.base import LanguageModel, ModelOutput
 from torch import nn
-
-from core.errors import ConfigError
-from models import register_model
-from models.base import LanguageModel, ModelOutput
 
 
 @dataclass

@@ -46,12 +46,11 @@ from typing import Any, NamedTuple
 
 import torch
 from omegaconf import MISSING
+from repdegen.core.errors import ConfigError
+from repdegen.models import register_model
+from repdegen.models.base import LanguageModel, ModelOutput
 from torch import nn
 from torch.nn import functional as F
-
-from core.errors import ConfigError
-from models import register_model
-from models.base import LanguageModel, ModelOutput
 
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
@@ -401,7 +400,7 @@ class _TransformerBase(LanguageModel):
 class TransformerLM(_TransformerBase):
     """Decoder-only Transformer LM (fairseq ``transformer_lm``): (T, B) tokens -> (T, B, d) states."""
 
-    incremental_lm = True  # models.generation.lm_continue decodes with the key/value cache of decode()
+    incremental_lm = True  # repdegen.models.generation.lm_continue decodes with the key/value cache of decode()
 
     @staticmethod
     def validate_config(cfg) -> None:

@@ -1,7 +1,7 @@
 """The degeneration analysis of one trained language model, from its run directory.
 
-    python -m reproduce.analyze checkpoint=outputs/runs/<hash>
-    python -m reproduce.analyze checkpoint=outputs/runs/<hash> words='[the,money,river]' \\
+    repdegen analyze checkpoint=outputs/runs/<hash>
+    repdegen analyze checkpoint=outputs/runs/<hash> words='[the,money,river]' \\
         phrases='["the meaning of life is"]' continuations=50 wordsim=true
 
 Writes ``<checkpoint>/analysis/`` (or ``out=``): ``analysis.json`` and the figures
@@ -31,9 +31,8 @@ import hydra
 import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
-
-from reproduce.errors import exit_on_user_error
-from reproduce.settings.config import register_all
+from repdegen.reproduce.errors import exit_on_user_error
+from repdegen.reproduce.settings.config import CONF_DIR, register_all
 
 register_all()
 
@@ -60,16 +59,16 @@ def _encode(text: str, corpus) -> list[int]:
 
 
 def analyze(app: DictConfig) -> dict:
-    from analysis.embedding_figures import (
+    from repdegen.analysis.embedding_figures import (
         plot_metric_over_training,
         plot_singular_values,
         plot_svd_projection,
         plot_token_frequency,
     )
-    from analysis.inspection import nearest_neighbours, subspace_distance, top_predictions
-    from reproduce.engine.tasks import LMTask
-    from reproduce.runs.execute import pick_device
-    from reproduce.runs.trained import continuations, load_lm
+    from repdegen.analysis.inspection import nearest_neighbours, subspace_distance, top_predictions
+    from repdegen.reproduce.engine.tasks import LMTask
+    from repdegen.reproduce.runs.execute import pick_device
+    from repdegen.reproduce.runs.trained import continuations, load_lm
 
     device = pick_device(app.device)
     lm = load_lm(app.checkpoint, device)
@@ -118,15 +117,20 @@ def analyze(app: DictConfig) -> dict:
     return report
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="analyze_app")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="analyze_app")
 def main(app: DictConfig) -> None:
     exit_on_user_error(analyze)(app)
 
 
-if __name__ == "__main__":
-    from reproduce.cli import use_app_help
-    from reproduce.errors import install_hydra_error_handler
+def cli() -> None:
+    """``repdegen analyze``: this command's entry (``python -m repdegen.reproduce.analyze`` runs the same)."""
+    from repdegen.reproduce.cli import use_app_help
+    from repdegen.reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
     use_app_help("analyze")  # --help: conf/hydra/help/analyze.yaml
     main()
+
+
+if __name__ == "__main__":
+    cli()

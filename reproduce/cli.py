@@ -1,6 +1,6 @@
 """The command line around Hydra, shared by the entry points: ``--help`` pages (``conf/hydra/help/<app>.yaml``, their
 config-group lists made by :func:`config_groups_help`) and ``--cfg job`` printing the config a run trains
-(:func:`show_resolved_cfg`, resolved as ``reproduce.describe`` resolves it), not Hydra's first composition."""
+(:func:`show_resolved_cfg`, resolved as ``repdegen.reproduce.describe`` resolves it), not Hydra's first composition."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import sys
 import textwrap
 
 from omegaconf import OmegaConf
-
-from reproduce.settings.config import CONF_DIR, register_all
-from reproduce.settings.resolve import resolve
+from repdegen.reproduce.settings.config import CONF_DIR, register_all
+from repdegen.reproduce.settings.resolve import resolve
 
 HELP_FLAGS = ("--help", "-h")
 # ConfigStore entries that are schemas (the YAML options extend them), not options a user picks
@@ -74,9 +73,11 @@ def cfg_request(argv: list[str]):
 
 def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config") -> bool:
     """Hydra's ``--cfg job`` / ``--cfg all`` (``-c``, ``-p <package>``, ``--resolve``) for an app whose config the project
-    resolves further (``reproduce.train``, ``reproduce.describe``): Hydra would print its own composition, before the
-    preset's sections, the scale, the budget and :func:`reproduce.settings.config.finalize`. Printed instead: the config
-    the run trains, :func:`reproduce.settings.resolve.resolve`'s (the one ``reproduce.describe`` shows); for ``all``,
+    resolves further (``repdegen.reproduce.train``, ``repdegen.reproduce.describe``): Hydra would print its own composition,
+    before the
+    preset's sections, the scale, the budget and :func:`repdegen.reproduce.settings.config.finalize`. Printed instead: the config
+    the run trains, :func:`repdegen.reproduce.settings.resolve.resolve`'s (the one ``repdegen.reproduce.describe`` shows); for
+    ``all``,
     Hydra's own ``hydra:`` section follows, from Hydra (``sys.argv`` is set to ask it for ``--cfg hydra``; not resolved,
     its interpolations name the job's keys). With ``-m``: one line and exit status 2 (a sweep's jobs differ). Returns True
     when it printed everything, False when Hydra should go on (no ``--cfg``, ``--cfg hydra``, ``--help``...)."""
@@ -89,15 +90,15 @@ def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config"
         return False  # Hydra's own settings: the project does not change them
     if args.multirun:
         print("repdegen: error: --cfg with -m: each job of a sweep has its own config (the sweeper's values over these); "
-              "print one job's: python -m reproduce.describe <the job's overrides> sources=true (or the same "
+              "print one job's: repdegen describe <the job's overrides> sources=true (or the same "
               "arguments without -m, with --cfg job)", file=sys.stderr)
         sys.exit(2)
     if args.config_path or args.config_dir:
         print("repdegen: error: --cfg with --config-path/--config-dir: the config a run trains is resolved from conf/ "
               "(and hydra.searchpath=[...]) only; add a config folder with hydra.searchpath, and python -m "
-              "reproduce.describe <overrides> prints the config", file=sys.stderr)
+              "repdegen.reproduce.describe <overrides> prints the config", file=sys.stderr)
         sys.exit(2)
-    from reproduce.errors import install_hydra_error_handler
+    from repdegen.reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
     import hydra._internal.utils as hydra_utils  # its run_and_report, made to report as the apps do
@@ -107,7 +108,7 @@ def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config"
     if node is None:
         print(f"package '{package}' not found in config", file=sys.stderr)
         sys.exit(1)
-    describe = " ".join(["python -m reproduce.describe", *args.overrides, "sources=true"])
+    describe = " ".join(["repdegen describe", *args.overrides, "sources=true"])
     print(f"repdegen: --cfg {args.cfg}: the config this run trains (the preset's sections, the scale and budget applied, "
           f"finalized; config hash {spec.config_hash}); `{describe}` says where each value comes from",
           file=sys.stderr, flush=True)
@@ -123,3 +124,50 @@ def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config"
         argv[1:] = [*args.overrides, "--cfg", "hydra", *(["--config-name", args.config_name] if args.config_name else [])]
         return False
     return True
+
+
+# ``repdegen <command>``: each command is an entry module's ``cli()`` (``python -m repdegen.reproduce.<command>`` runs
+# the same); the arguments after the command are that command's own (Hydra overrides, --help, --cfg job ...)
+COMMANDS = {
+    "train": ("repdegen.reproduce.train", "train one experiment (a run in the ledger, resumable)"),
+    "table": ("repdegen.reproduce.table", "regenerate a paper table: run the missing cells, render with the claims"),
+    "describe": ("repdegen.reproduce.describe", "print the config a run or a table cell trains, and its hash"),
+    "analyze": ("repdegen.reproduce.analyze", "analyse a trained run: geometry, neighbours, continuations"),
+    "translate": ("repdegen.reproduce.translate", "translate with a trained MT run and score BLEU"),
+    "report": ("repdegen.reproduce.report", "write results/README.md and the table pages from results/"),
+    "status": ("repdegen.reproduce.status", "the ledger's runs training, stopped or failed: epoch, best, ETA"),
+    "aggregate": ("repdegen.reproduce.aggregate", "aggregate a finished sweep into a table and plots"),
+}
+
+
+def usage() -> str:
+    width = max(len(c) for c in COMMANDS) + 2
+    lines = ["usage: repdegen <command> [arguments]   (repdegen <command> --help: the command's own help)", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}{what}" for name, (_, what) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``repdegen <command> ...``: run the command's entry with the rest of the command line. No command, or an
+    unknown one: the command list on stderr and exit status 2; ``repdegen --help``: the list on stdout, status 0."""
+    import importlib
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):  # `repdegen --help | head`: end quietly when the reader closes the pipe
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in HELP_FLAGS:
+        print(usage())
+        sys.exit(0)
+    if not argv or argv[0] not in COMMANDS:
+        what = "no command given" if not argv else f"{argv[0]!r} is not a command"
+        print(f"repdegen: error: {what}; expected one of {', '.join(COMMANDS)}\n\n{usage()}", file=sys.stderr)
+        sys.exit(2)
+    command, rest = argv[0], argv[1:]
+    module = importlib.import_module(COMMANDS[command][0])
+    sys.argv = [sys.argv[0] if sys.argv else "repdegen", *rest]
+    from repdegen.core import provenance
+
+    provenance.ENTRY = f"repdegen {command}"
+    module.cli()

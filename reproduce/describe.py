@@ -1,15 +1,15 @@
 """Sizes without training: parameter counts (total and by part) and the resolved hyperparameters; or one cell's
 config with where each value comes from.
 
-    python -m reproduce.describe model=awd_lstm dataset=wikitext2
-    python -m reproduce.describe experiment=inan2017/medium objective=real
-    python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite [seed=N] [all=true]   # a table cell, annotated
-    python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
-    python -m reproduce.describe experiment=inan2017/small objective=real scale=lite --cfg job   # the config, as YAML
+    repdegen describe model=awd_lstm dataset=wikitext2
+    repdegen describe experiment=inan2017/medium objective=real
+    repdegen describe table=yu2022_t7 row=AGG scale=lite [seed=N] [all=true]   # a table cell, annotated
+    repdegen describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
+    repdegen describe experiment=inan2017/small objective=real scale=lite --cfg job   # the config, as YAML
 
 The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
 override or a preset's section sets (``all=true``: schema defaults too), then the config hash
-(see :mod:`reproduce.settings.sources`).
+(see :mod:`repdegen.reproduce.settings.sources`).
 
 The vocabulary size is counted from the corpus when it is in a local directory (``REPDEGEN_DATA_DIR``),
 else taken from ``dataset.vocab_size`` (the papers' value); the output says which. The model
@@ -25,12 +25,11 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import DictConfig
-
-from models import build_model, resolve_tie
-from reproduce.errors import exit_on_user_error
-from reproduce.settings.config import register_all
-from reproduce.settings.resolve import RunSpec, as_spec
-from reproduce.train import plain_config, resolve_app
+from repdegen.models import build_model, resolve_tie
+from repdegen.reproduce.errors import exit_on_user_error
+from repdegen.reproduce.settings.config import CONF_DIR, register_all
+from repdegen.reproduce.settings.resolve import RunSpec, as_spec
+from repdegen.reproduce.train import plain_config, resolve_app
 
 register_all()
 
@@ -38,8 +37,8 @@ register_all()
 def describe(run: RunSpec | DictConfig) -> dict:
     spec = as_spec(run)
     cfg = spec.cfg
-    from data.corpus import data_dir_from, resolve_source
-    from reproduce.runs.execute import load_any_corpus
+    from repdegen.data.corpus import data_dir_from, resolve_source
+    from repdegen.reproduce.runs.execute import load_any_corpus
 
     d = cfg.dataset
     root = data_dir_from(d)
@@ -48,7 +47,7 @@ def describe(run: RunSpec | DictConfig) -> dict:
         vocab_size = d.vocab_size
         vocab_source = "dataset.vocab_size (the papers' corpus; set REPDEGEN_DATA_DIR to count a local copy)"
     elif d.tokenizer == "bpe" and not local:
-        from data.bpe import N_SPECIALS
+        from repdegen.data.bpe import N_SPECIALS
 
         vocab_size = d.bpe_vocab_size + N_SPECIALS
         vocab_source = ("dataset.bpe_vocab_size + 4 specials (the BPE is not trained yet; set REPDEGEN_DATA_DIR to count "
@@ -73,7 +72,7 @@ def describe(run: RunSpec | DictConfig) -> dict:
     }
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> None:
     print(json.dumps(exit_on_user_error(lambda app_cfg: describe(resolve_app(app_cfg)))(cfg), indent=2))
 
@@ -89,16 +88,15 @@ def _pop_flag(args: list[str], key: str) -> str | None:
 def table_cell(table: str, row: str | None, scale: str, seed: int | None, extra: list[str]):
     """The cell of ``table`` (at ``scale``) whose row is labelled ``row`` (and runs ``seed``; else its first)."""
     from hydra import compose
-
-    from reproduce.errors import ConfigError
-    from reproduce.runs.tables import all_table_names, expand_cells
+    from repdegen.reproduce.errors import ConfigError
+    from repdegen.reproduce.runs.tables import all_table_names, expand_cells
 
     if table not in all_table_names():
         raise ConfigError(f"table={table!r} is not a table; tables: {', '.join(all_table_names())}")
     app = compose("table_app", overrides=[f"table={table}", f"scale={scale}"])
     app.overrides = list(extra)
     cells = expand_cells(app)
-    from reproduce.results.claims import row_references
+    from repdegen.reproduce.results.claims import row_references
 
     # a row by its label, or '<group> / <label>' where the label is in several groups (as rows= and claims name rows)
     refs = row_references(app.table.rows)
@@ -134,9 +132,8 @@ def table_cell(table: str, row: str | None, scale: str, seed: int | None, extra:
 def annotated(args: list[str]) -> str:
     """The text of ``describe table=... row=...`` or ``describe experiment=... sources=true``."""
     from hydra import initialize_config_dir
-
-    from reproduce.settings.config import CONF_DIR, config_hash
-    from reproduce.settings.sources import compose_with_sources, format_sources
+    from repdegen.reproduce.settings.config import CONF_DIR, config_hash
+    from repdegen.reproduce.settings.sources import compose_with_sources, format_sources
 
     args = list(args)
     show_all = (_pop_flag(args, "all") or "false").lower() == "true"
@@ -157,15 +154,15 @@ def annotated(args: list[str]) -> str:
             overrides = args
         cfg, sources = compose_with_sources(overrides)
     h = config_hash(cfg)
-    header.append(f"# python -m reproduce.train {' '.join(o for o in overrides if not o.startswith(('paths.', 'logger.')))}")
+    header.append(f"# repdegen train {' '.join(o for o in overrides if not o.startswith(('paths.', 'logger.')))}")
     header.append(f"# config hash {h}; every key a config file, a preset's section or an override sets"
                   + (", and the schema defaults" if show_all else " (all=true: the schema defaults too)"))
     return "\n".join(header + [format_sources(cfg, sources, only_set=not show_all)])
 
 
 def cli() -> None:
-    from reproduce.cli import HELP_FLAGS, cfg_request, show_resolved_cfg, use_app_help
-    from reproduce.errors import exit_on_user_error, install_hydra_error_handler
+    from repdegen.reproduce.cli import HELP_FLAGS, cfg_request, show_resolved_cfg, use_app_help
+    from repdegen.reproduce.errors import exit_on_user_error, install_hydra_error_handler
 
     args = sys.argv[1:]
     asks_help = any(a in HELP_FLAGS for a in args)

@@ -2,8 +2,10 @@
 expected, and how to fix it. Entry points print it as one line (``repdegen: error: ...``) without a
 traceback and exit with :data:`EXIT_USER_ERROR`.
 
-Exit statuses of every entry point (``reproduce.train``, ``reproduce.table``, ``reproduce.runs.launch``,
-``reproduce.analyze``, ``reproduce.translate``, ``reproduce.describe``, ``reproduce.runs.sweeps``):
+Exit statuses of every entry point (``repdegen.reproduce.train``, ``repdegen.reproduce.table``,
+``repdegen.reproduce.runs.launch``,
+``repdegen.reproduce.analyze``, ``repdegen.reproduce.translate``, ``repdegen.reproduce.describe``,
+``repdegen.reproduce.runs.sweeps``):
 
 * 0 (:data:`EXIT_OK`): done;
 * 1 (:data:`EXIT_FAILED`): a run failed (diverged, a bug: its log says why) or a table has cells that did
@@ -12,10 +14,10 @@ Exit statuses of every entry point (``reproduce.train``, ``reproduce.table``, ``
   own composition errors included), a missing, unreadable or corrupt file, a read-only or full disk;
   nothing was run and nothing written was changed;
 * 3 (:data:`EXIT_PREEMPTED`): stopped by a signal after writing a checkpoint; the same command (with
-  ``trainer.resume=true`` for ``reproduce.train``) continues;
-* 4 (:data:`EXIT_ELSEWHERE`, ``reproduce.runs.launch`` only, the process of one table cell): another live
+  ``trainer.resume=true`` for ``repdegen.reproduce.train``) continues;
+* 4 (:data:`EXIT_ELSEWHERE`, ``repdegen.reproduce.runs.launch`` only, the process of one table cell): another live
   process holds the run's lock and trains it; not run here, not failed;
-* 130 (:data:`EXIT_INTERRUPTED`): ``reproduce.table`` stopped by Ctrl-C or SIGTERM (its cells checkpoint
+* 130 (:data:`EXIT_INTERRUPTED`): ``repdegen.reproduce.table`` stopped by Ctrl-C or SIGTERM (its cells checkpoint
   first); the same command continues.
 """
 
@@ -27,7 +29,7 @@ import os
 import re
 import sys
 
-from core.errors import ConfigError, CorruptFile, DataError, UserError  # noqa: F401 (the types live in core)
+from repdegen.core.errors import ConfigError, CorruptFile, DataError, UserError  # noqa: F401 (the types live in core)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -37,7 +39,8 @@ EXIT_ELSEWHERE = 4  # a cell's launch only: another live process holds the run's
 EXIT_INTERRUPTED = 130
 
 
-# how a training run ends other than complete (reproduce.engine.trainer raises them, reproduce.train reports them)
+# how a training run ends other than complete (repdegen.reproduce.engine.trainer raises them, repdegen.reproduce.train reports
+# them)
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -58,9 +61,9 @@ class Preempted(Exception):
 
 
 
-# how to give a required key that was left out (``checkpoint=`` of reproduce.analyze / translate)
+# how to give a required key that was left out (``checkpoint=`` of repdegen.reproduce.analyze / translate)
 MISSING_HINTS = {
-    "checkpoint": "checkpoint=outputs/runs/<hash> (a run directory of reproduce.train, or a weights file in one)",
+    "checkpoint": "checkpoint=outputs/runs/<hash> (a run directory of repdegen.reproduce.train, or a weights file in one)",
     "input": "input=<a text file with one sentence per line>",
 }
 
@@ -175,7 +178,7 @@ def condense_hydra_error(ex: BaseException) -> str:
     if "Could not find" in message:
         fix = "pick one of the options listed"
     elif re.search(r"Key '.*' not in|Could not override|Could not append", message):
-        fix = "check the key's spelling (python -m reproduce.describe <overrides> prints the whole config)"
+        fix = "check the key's spelling (repdegen describe <overrides> prints the whole config)"
         near = _nearest_fields(message)
         if near:
             # Hydra's "To append to your config use +key=value" would add a key no code reads: name the fields instead
@@ -282,13 +285,13 @@ def _reraise(ex: BaseException):
     return func
 
 
-FAILURE_NOTE = "failure.json"  # in a Hydra job's folder: why a job of a sweep that raised failed (reproduce.runs.sweeps)
+FAILURE_NOTE = "failure.json"  # in a Hydra job's folder: why a job of a sweep that raised failed (repdegen.reproduce.runs.sweeps)
 
 
 def write_failure_note(job_dir, error: BaseException) -> None:
-    """``failure.json`` in a job folder: the error a job raised, for ``reproduce.runs.sweeps`` to say why it failed."""
+    """``failure.json`` in a job folder: the error a job raised, for ``repdegen.reproduce.runs.sweeps`` to say why it failed."""
     from pathlib import Path
 
-    from core.files import atomic_write_json
+    from repdegen.core.files import atomic_write_json
 
     atomic_write_json(Path(job_dir) / FAILURE_NOTE, {"status": "failed", "error": f"{type(error).__name__}: {error}"})

@@ -1,9 +1,15 @@
-"""``python -m reproduce.report [--check]``: gather the committed renderings under ``results/`` into
-``results/README.md``. The work is :mod:`reproduce.results.report`."""
+"""``repdegen report [--check]``: gather the committed renderings under ``results/`` into
+``results/README.md``. The work is :mod:`repdegen.reproduce.results.report`."""
 
 import sys
 
-from reproduce.results.report import main
+from repdegen.reproduce.results.report import main
+
+
+def cli() -> None:
+    """``repdegen report``: this command's entry (``python -m repdegen.reproduce.report`` runs the same)."""
+    sys.exit(main())
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -1,23 +1,24 @@
 """Run one experiment.
 
-    python -m reproduce.train model=vd_lstm_medium dataset=ptb objective=real
-    python -m reproduce.train experiment=inan2017/medium objective=real scale=smoke
-    python -m reproduce.train experiment=gao2019/awd_lstm_wt2 objective=cosreg objective.gamma=1
+    repdegen train model=vd_lstm_medium dataset=ptb objective=real
+    repdegen train experiment=inan2017/medium objective=real scale=smoke
+    repdegen train experiment=gao2019/awd_lstm_wt2 objective=cosreg objective.gamma=1
 
 The run lives in ``<paths.runs_dir>/<config hash>/``. A run already complete there is reported, not
 repeated; an interrupted one continues with ``trainer.resume=true``.
 
-On several devices (:mod:`reproduce.engine.distributed`; the batch settings are global, so the result and
+On several devices (:mod:`repdegen.reproduce.engine.distributed`; the batch settings are global, so the result and
 the config hash do not depend on the number of ranks):
 
-    torchrun --standalone --nproc_per_node=4 -m reproduce.train experiment=yu2022/gpt2_wt103 objective=agg
-    srun --ntasks-per-node=4 --gpus-per-task=1 python -m reproduce.train experiment=... trainer.resume=true
+    torchrun --standalone --nproc_per_node=4 -m repdegen.reproduce.train experiment=yu2022/gpt2_wt103 objective=agg
+    srun --ntasks-per-node=4 --gpus-per-task=1 repdegen train experiment=... trainer.resume=true
 
-``--help`` is ``conf/hydra/help/train.yaml`` (Hydra's help, the config groups listed by :func:`reproduce.cli.config_groups_help`);
-``--cfg job`` prints the config the run trains, resolved as ``reproduce.describe`` resolves it
-(:func:`reproduce.cli.show_resolved_cfg`).
+``--help`` is ``conf/hydra/help/train.yaml`` (Hydra's help, the config groups listed by
+:func:`repdegen.reproduce.cli.config_groups_help`);
+``--cfg job`` prints the config the run trains, resolved as ``repdegen.reproduce.describe`` resolves it
+(:func:`repdegen.reproduce.cli.show_resolved_cfg`).
 
-Exit status (:mod:`reproduce.errors`): 0 complete (or already complete); 2 a user error (a bad config
+Exit status (:mod:`repdegen.reproduce.errors`): 0 complete (or already complete); 2 a user error (a bad config
 value, Hydra's composition errors included; missing or corrupt data, records or checkpoints; a read-only
 or full disk; the run being trained by another process); 3 (:data:`EXIT_PREEMPTED`) stopped by
 SIGUSR1/SIGTERM (or ``trainer.stop_after_updates``) after writing a checkpoint -- the job is requeued
@@ -33,12 +34,11 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from repdegen.reproduce.engine import distributed as dist
+from repdegen.reproduce.errors import EXIT_PREEMPTED, UserError, exit_on_user_error, mark_task_started, write_failure_note
 
-from reproduce.engine import distributed as dist
-from reproduce.errors import EXIT_PREEMPTED, UserError, exit_on_user_error, mark_task_started, write_failure_note
-
-# one run, end to end (re-exported: `from reproduce.train import train, load_any_corpus, ...` as before the split)
-from reproduce.runs.execute import (  # noqa: F401
+# one run, end to end (re-exported: `from repdegen.reproduce.train import train, load_any_corpus, ...` as before the split)
+from repdegen.reproduce.runs.execute import (  # noqa: F401
     STATUS_PREEMPTED,
     RunLockedError,
     load_any_corpus,
@@ -48,12 +48,13 @@ from reproduce.runs.execute import (  # noqa: F401
     train,
     uses_cuda,
 )
-from reproduce.settings.config import hydra_choices
-from reproduce.settings.resolve import RunSpec, record_job_spec, resolve
+from repdegen.reproduce.settings.config import CONF_DIR, hydra_choices
+from repdegen.reproduce.settings.resolve import RunSpec, record_job_spec, resolve
 
 
 def resolve_app(app_cfg: DictConfig | None = None) -> RunSpec:
-    """The spec of this Hydra app's overrides (:func:`reproduce.settings.resolve.resolve`: the experiment preset's sections
+    """The spec of this Hydra app's overrides (:func:`repdegen.reproduce.settings.resolve.resolve`: the experiment preset's
+    sections
     for the objective and scale included; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at
     lite); the command line wins."""
     hydra_cfg = HydraConfig.get()
@@ -68,7 +69,7 @@ def resolve_app(app_cfg: DictConfig | None = None) -> RunSpec:
         what = " ".join(choices) + (" and " if choices and n else "") + (f"{n} value{'s' * (n != 1)}" if n else "")
         # on stderr: a note, and describe's stdout is its JSON alone
         dist.print_main(f"repdegen: the preset {spec.choices.get('experiment')} at scale={spec.cfg.scale.name} with "
-                        f"objective={spec.cfg.objective.name}: {what} from its sections (`python -m reproduce.describe "
+                        f"objective={spec.cfg.objective.name}: {what} from its sections (`repdegen describe "
                         f"... sources=true` lists them; the command line wins)", file=sys.stderr, flush=True)
     return spec
 
@@ -85,11 +86,11 @@ def in_multirun() -> bool:
 def _train_in_multirun(app_cfg: DictConfig) -> dict:
     """One job of a sweep: a bad config or a diverged run fails this job only. The error is raised
     (Hydra's launcher records it and goes on with the other jobs, then reports it) instead of
-    exiting the process, and the job's ``failure.json`` says why, for ``reproduce.runs.sweeps``."""
+    exiting the process, and the job's ``failure.json`` says why, for ``repdegen.reproduce.runs.sweeps``."""
     mark_task_started()
     try:
         spec = resolve_app(app_cfg)
-        if dist.is_main():  # the job's hash, for reproduce.runs.sweeps (it finds the job's run without composing again)
+        if dist.is_main():  # the job's hash, for repdegen.reproduce.runs.sweeps (it finds the job's run without composing again)
             record_job_spec(Path(HydraConfig.get().runtime.output_dir), spec)
         return train(spec)
     except UserError as err:
@@ -99,10 +100,10 @@ def _train_in_multirun(app_cfg: DictConfig) -> dict:
         raise
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Returns the final validation PPL (the value a Hydra sweeper such as Optuna minimizes). A
-    preempted run requeues its SLURM job (:func:`reproduce.engine.distributed.requeue_if_slurm`) and exits
+    preempted run requeues its SLURM job (:func:`repdegen.reproduce.engine.distributed.requeue_if_slurm`) and exits
     with :data:`EXIT_PREEMPTED`."""
     try:
         if in_multirun():
@@ -118,12 +119,17 @@ def main(cfg: DictConfig) -> float | None:
     return float(final["valid_ppl"]) if "valid_ppl" in final else None
 
 
-if __name__ == "__main__":
-    from reproduce.errors import install_hydra_error_handler
+def cli() -> None:
+    """``repdegen train``: this command's entry (``python -m repdegen.reproduce.train`` runs the same)."""
+    from repdegen.reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
-    from reproduce.cli import show_resolved_cfg, use_app_help
+    from repdegen.reproduce.cli import show_resolved_cfg, use_app_help
 
     use_app_help("train")
     if not show_resolved_cfg():
         main()
+
+
+if __name__ == "__main__":
+    cli()

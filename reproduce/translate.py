@@ -1,7 +1,7 @@
 """Translate a file with a trained model: beam search, detokenized output, BLEU when a reference is given.
 
-    python -m reproduce.translate checkpoint=outputs/runs/<hash> input=newstest2014.en
-    python -m reproduce.translate checkpoint=outputs/runs/<hash>/best.pt input=test.en output=test.hyp.de \\
+    repdegen translate checkpoint=outputs/runs/<hash> input=newstest2014.en
+    repdegen translate checkpoint=outputs/runs/<hash>/best.pt input=test.en output=test.hyp.de \\
         reference=test.de beam=5 length_penalty=1.0
 
 ``checkpoint``: a run directory (its final weights: the checkpoint average when the run averaged, else
@@ -22,11 +22,10 @@ import hydra
 import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
-
-from reproduce.engine.progress import progress_bar
-from reproduce.errors import ConfigError, DataError, exit_on_user_error
-from reproduce.runs.trained import load_weights_file, read_record, resolve_checkpoint
-from reproduce.settings.config import GenerationConfig, register_all
+from repdegen.reproduce.engine.progress import progress_bar
+from repdegen.reproduce.errors import ConfigError, DataError, exit_on_user_error
+from repdegen.reproduce.runs.trained import load_weights_file, read_record, resolve_checkpoint
+from repdegen.reproduce.settings.config import CONF_DIR, GenerationConfig, register_all
 
 register_all()
 
@@ -53,14 +52,14 @@ ConfigStore.instance().store(name="translate_app_base", node=TranslateConfig)
 
 def load_translator(checkpoint: str, device: torch.device):
     """(model in eval mode, tokenizer, the run's config) from a run directory or weights file."""
-    from data.bpe import BPETokenizer
-    from models import build_model
+    from repdegen.data.bpe import BPETokenizer
+    from repdegen.models import build_model
 
     run_dir, weights = resolve_checkpoint(checkpoint)
     cfg = OmegaConf.create(read_record(run_dir)["config"])
     if cfg.dataset.kind != "translation":
         raise ConfigError(
-            f"{run_dir} is a {cfg.dataset.kind} run of {cfg.model.name}; reproduce.translate needs a translation model"
+            f"{run_dir} is a {cfg.dataset.kind} run of {cfg.model.name}; repdegen.reproduce.translate needs a translation model"
         )
     if not (run_dir / "bpe.model").is_file():
         raise DataError(f"{run_dir} has no bpe.model (runs save their tokenizer there); rerun training or copy it from the cache")
@@ -72,8 +71,8 @@ def load_translator(checkpoint: str, device: torch.device):
 
 
 def translate_lines(model, tokenizer, lines: list[str], gen, device, progress: bool = True) -> list[str]:
-    from data.bpe import EOS, PAD
-    from models.generation import translate
+    from repdegen.data.bpe import EOS, PAD
+    from repdegen.models.generation import translate
 
     encoded = [tokenizer.encode(line, add_eos=True) for line in lines]
     order = sorted(range(len(lines)), key=lambda i: len(encoded[i]))
@@ -95,8 +94,8 @@ def translate_lines(model, tokenizer, lines: list[str], gen, device, progress: b
 
 
 def run(app: DictConfig) -> list[str]:
-    from analysis.bleu import bleu_detok, bleu_tokenized
-    from reproduce.runs.execute import pick_device
+    from repdegen.analysis.bleu import bleu_detok, bleu_tokenized
+    from repdegen.reproduce.runs.execute import pick_device
 
     device = pick_device(app.device)
     model, tokenizer, cfg, weights = load_translator(app.checkpoint, device)
@@ -126,15 +125,20 @@ def run(app: DictConfig) -> list[str]:
     return hyps
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="translate_app")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="translate_app")
 def main(app: DictConfig) -> None:
     exit_on_user_error(run)(app)
 
 
-if __name__ == "__main__":
-    from reproduce.cli import use_app_help
-    from reproduce.errors import install_hydra_error_handler
+def cli() -> None:
+    """``repdegen translate``: this command's entry (``python -m repdegen.reproduce.translate`` runs the same)."""
+    from repdegen.reproduce.cli import use_app_help
+    from repdegen.reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
     use_app_help("translate")  # --help: conf/hydra/help/translate.yaml
     main()
+
+
+if __name__ == "__main__":
+    cli()

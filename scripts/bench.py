@@ -4,8 +4,8 @@
         --precision bf16 --out results/bench/h100-bf16.json
     python scripts/bench.py --models transformer_lm6 --objectives mle cosreg --smoke   # CPU plumbing check
 
-What is timed is the trainer's own optimizer update, :meth:`reproduce.engine.trainer.Trainer.train_update`,
-the function ``reproduce.train`` calls: autocast forward, the objective, token-weighted backward of
+What is timed is the trainer's own optimizer update, :meth:`repdegen.reproduce.engine.trainer.Trainer.train_update`,
+the function ``repdegen.reproduce.train`` calls: autocast forward, the objective, token-weighted backward of
 ``--update-freq`` micro-batches, gradient sync, the objective's once-per-update penalty, clipping,
 the optimizer step of the recipe, the objective's ``after_update``. The trainer is built from the
 composed config on a synthetic corpus of random tokens with the papers' vocabulary size (LMs:
@@ -42,17 +42,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import initialize_config_dir  # noqa: E402
-
-from core.errors import UserError  # noqa: E402
-from core.files import output_problem  # noqa: E402
-from core.provenance import git_commit, hardware  # noqa: E402
-from data.corpus import Corpus, Vocab  # noqa: E402
-from losses import build_objective  # noqa: E402
-from models import build_model, resolve_tie  # noqa: E402
-from reproduce.engine.optim import use_bf16  # noqa: E402
-from reproduce.engine.trainer import Trainer  # noqa: E402
-from reproduce.errors import EXIT_USER_ERROR, report_user_error  # noqa: E402
-from reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
+from repdegen.core.errors import UserError  # noqa: E402
+from repdegen.core.files import output_problem  # noqa: E402
+from repdegen.core.provenance import git_commit, hardware  # noqa: E402
+from repdegen.data.corpus import Corpus, Vocab  # noqa: E402
+from repdegen.losses import build_objective  # noqa: E402
+from repdegen.models import build_model, resolve_tie  # noqa: E402
+from repdegen.reproduce.engine.optim import use_bf16  # noqa: E402
+from repdegen.reproduce.engine.trainer import Trainer  # noqa: E402
+from repdegen.reproduce.errors import EXIT_USER_ERROR, report_user_error  # noqa: E402
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
 
 # peak dense tensor throughput (FLOP/s) by device name fragment: (bf16, fp32/tf32-off)
 PEAK_FLOPS = {
@@ -117,7 +116,7 @@ def synthetic_corpus(kind: str, cfg, vocab: int, src_len: int, tgt_len: int, see
             stream = torch.randint(len(specials), vocab, (n,), generator=gen)
         return Corpus("synthetic", stream, stream[: 2 * t.batch_size], stream[: 2 * t.batch_size],
                       Vocab(itos, counts, eos="</s>"), {"synthetic": True})
-    from data.translation import ParallelCorpus, ParallelSplit
+    from repdegen.data.translation import ParallelCorpus, ParallelSplit
 
     pairs = max(1, t.max_tokens // max(src_len, tgt_len)) * t.update_freq
     src = [torch.randint(len(specials), vocab, (src_len,), generator=gen) for _ in range(pairs)]

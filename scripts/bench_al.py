@@ -22,8 +22,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.provenance import git_commit  # noqa: E402
-from losses.al import augmented_loss, augmented_loss_mean  # noqa: E402
+from repdegen.core.provenance import git_commit  # noqa: E402
+from repdegen.losses.al import augmented_loss, augmented_loss_mean  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

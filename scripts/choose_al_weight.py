@@ -1,6 +1,6 @@
 """Apply the AL/REAL weight procedure of docs/fidelity.md (Inan 2017) to the grid's runs, mechanically.
 
-    python -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al     # the grid (6 runs)
+    repdegen train -m +sweep=inan2017_al_weight scale=paper objective=al     # the grid (6 runs)
     python scripts/choose_al_weight.py --objective al [--write]                         # the choice
 
 The grid: alpha in {30, 100, 300} x target_grad in {official, none}, the small VD-LSTM at paper settings, seed 101,
@@ -34,9 +34,8 @@ def choose(results: dict[tuple[float, str], float]) -> tuple[float, str]:
 
 def grid_hashes(objective: str, runs_dir: str) -> dict[tuple[float, str], str]:
     from hydra import initialize_config_dir
-
-    from reproduce.runs.tables import compose_cell
-    from reproduce.settings.config import CONF_DIR, config_hash, finalize, register_all
+    from repdegen.reproduce.runs.tables import compose_cell
+    from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize, register_all
 
     register_all()
     out = {}
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default="outputs/runs")
     p.add_argument("--write", action="store_true")
     args = p.parse_args(argv)
-    from reproduce.runs.ledger import Ledger
+    from repdegen.reproduce.runs.ledger import Ledger
 
     hashes = grid_hashes(args.objective, args.runs_dir)
     ledger = Ledger(args.runs_dir, repair=False)  # read only: a corrupt record is an error naming the file

@@ -5,7 +5,7 @@ Cells are matched by config hash (the device is not part of it, so the same comm
 CPU gives the same hash). Claims are compared from two renderings of the same tables: the committed CPU
 ones (``results/tables/<t>/<scale>/claims.json``) and the device's, rendered here from its ledger with
 
-    python -m reproduce.table table=<t,...> scale=lite render_only=true \
+    repdegen table table=<t,...> scale=lite render_only=true \
         paths.runs_dir=<device ledger> paths.tables_dir=<device tables>
 
 Writes a markdown report (``--out``) and prints it.

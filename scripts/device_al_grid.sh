@@ -16,7 +16,7 @@ for obj in al real; do
     for tg in official none; do
       left=$(( secs - ($(date +%s) - start) ))
       [ "$left" -le 30 ] && break 3
-      timeout -s TERM -k 20 "$left" python3 -m reproduce.train +sweep=inan2017_al_weight scale=paper objective=$obj \
+      timeout -s TERM -k 20 "$left" repdegen train +sweep=inan2017_al_weight scale=paper objective=$obj \
         objective.alpha=$alpha objective.target_grad=$tg seed=101 trainer.max_epochs=4 trainer.retrain_sessions=0 \
         trainer.progress=false > "/tmp/grid-$obj-$alpha-$tg.log" 2>&1 &
       jobs_run=$((jobs_run + 1))

@@ -13,14 +13,14 @@ runs=("$@"); [ ${#runs[@]} -eq 0 ] && runs=(objective.beta=0.0 objective.beta=1.
 . scripts/device_env.sh
 for run in "${runs[@]}"; do
   IFS=, read -ra extra <<< "$run"
-  timeout -s TERM -k 20 "$secs" python3 -m reproduce.train experiment=inan2017/fig1 objective=al \
+  timeout -s TERM -k 20 "$secs" repdegen train experiment=inan2017/fig1 objective=al \
     objective.temperature=10.0 scale=paper seed=101 trainer.precision=fp32 trainer.progress=false "${extra[@]}" \
     > "$OUT/${run//[^a-zA-Z0-9.=_]/_}.log" 2>&1 &
 done
 wait
 python3 - <<'PY'
 import json, os, pathlib, torch
-from analysis.inspection import subspace_distance
+from repdegen.analysis.inspection import subspace_distance
 out = {}
 for run in sorted(pathlib.Path("outputs/runs").iterdir()):
     rec = json.loads((run / "result.json").read_text())

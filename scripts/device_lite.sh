@@ -22,7 +22,7 @@ export OMP_NUM_THREADS=2
 gpus=$(python3 -c "print('[' + ','.join(['0'] * $slots) + ']')")
 for pack in ${CARRY_IN:-}; do python3 scripts/lease_carry.py unpack "$pack" --runs outputs/runs || exit 1; done
 start=$(date +%s)
-timeout -s INT -k 30 "$secs" python3 -m reproduce.table "table=$tables" "scale=$scale" "launch.gpus=$gpus" "${rows[@]}" \
+timeout -s INT -k 30 "$secs" repdegen table "table=$tables" "scale=$scale" "launch.gpus=$gpus" "${rows[@]}" \
   "${extra[@]}" progress=false > "$OUT/table.log" 2>&1
 echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
 tail -40 "$OUT/table.log"

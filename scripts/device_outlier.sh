@@ -10,7 +10,7 @@ secs=${1:-300}
 . scripts/device_env.sh
 export OMP_NUM_THREADS=2
 start=$(date +%s)
-timeout -s INT -k 30 "$secs" python3 -m reproduce.table table=inan2016_t2 scale=lite "launch.gpus=[0,0,0,0,0,0]" \
+timeout -s INT -k 30 "$secs" repdegen table table=inan2016_t2 scale=lite "launch.gpus=[0,0,0,0,0,0]" \
   progress=false > "$OUT/table.log" 2>&1
 echo "table run: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$OUT/device.txt"
 runs=$(python3 - <<'PY'

@@ -36,8 +36,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from analysis.geometry import centroid_ratio, training_groups  # noqa: E402
-from core.files import atomic_write_json  # noqa: E402
+from repdegen.analysis.geometry import centroid_ratio, training_groups  # noqa: E402
+from repdegen.core.files import atomic_write_json  # noqa: E402
 
 BUCKETS = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 5), (6, 9), (10, 19), (20, 49), (50, 99), (100, 999), (1000, None)]
 
@@ -66,11 +66,10 @@ def training_counts(run_dir: Path) -> tuple[torch.Tensor, list[int]]:
     """Occurrences of each type in what the run trained on and the ids outside every group: the run's own task
     (``train_counts``, ``special_ids``: what its final metrics used), built from its recorded config and corpus."""
     from omegaconf import OmegaConf
-
-    from models import build_model
-    from reproduce.engine.tasks import make_task
-    from reproduce.runs.execute import load_any_corpus
-    from reproduce.runs.trained import read_record
+    from repdegen.models import build_model
+    from repdegen.reproduce.engine.tasks import make_task
+    from repdegen.reproduce.runs.execute import load_any_corpus
+    from repdegen.reproduce.runs.trained import read_record
 
     cfg = OmegaConf.create(read_record(run_dir)["config"])
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir, verbose=False)

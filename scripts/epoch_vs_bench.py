@@ -6,7 +6,7 @@ Three measurements, interleaved so that load drifting over the run moves them to
 
 1. ``bench.py``'s rate (tokens per second of ``Trainer.train_update`` alone: forward, loss, backward, clipping, SGD
    step) for the model of the cell on synthetic tokens of its batch shape and vocabulary;
-2. one full training epoch of the cell through ``reproduce.train`` (the PTB batches, the update loop with its
+2. one full training epoch of the cell through ``repdegen.reproduce.train`` (the PTB batches, the update loop with its
    logging and checks, and the epoch's validation pass with I(W), the mean cosine and the spectrum): the epoch's
    training tokens over (train seconds + validation seconds), from the run's own history and wall clock;
 3. ``bench.py``'s rate again.
@@ -44,7 +44,7 @@ def bench_rate(args) -> dict:
 
 
 def real_epoch(args, out_dir: Path) -> dict:
-    cmd = [sys.executable, "-m", "reproduce.train", f"experiment={args.experiment}", "scale=paper",
+    cmd = [sys.executable, "-m", "repdegen.reproduce.train", f"experiment={args.experiment}", "scale=paper",
            f"objective={args.objective}", "trainer.max_epochs=1", "trainer.retrain_sessions=0", "trainer.progress=false",
            f"paths.output_dir={out_dir}", f"hydra.run.dir={out_dir}/hydra"]
     start = time.time()
@@ -52,7 +52,7 @@ def real_epoch(args, out_dir: Path) -> dict:
     wall = time.time() - start
     if proc.returncode != 0:
         sys.exit(f"epoch_vs_bench: the epoch run failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    from core.loaders import load_run_record
+    from repdegen.core.loaders import load_run_record
 
     record = load_run_record(next(out_dir.glob("runs/*/result.json")))
     h = record["history"][0]
@@ -75,14 +75,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--bench-steps", type=int, default=40)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    from core.files import output_problem
+    from repdegen.core.files import output_problem
 
     problem = output_problem(args.out, "--out", overwrite=False) if args.out else None
     if problem:
         p.error(problem)
     import torch
-
-    from core.provenance import git_commit, hardware
+    from repdegen.core.provenance import git_commit, hardware
 
     before = bench_rate(args)
     with tempfile.TemporaryDirectory(prefix="repdegen-epoch-") as tmp:

@@ -23,7 +23,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.files import atomic_write_json  # noqa: E402
+from repdegen.core.files import atomic_write_json  # noqa: E402
 
 
 def _tensors(state):
@@ -39,7 +39,7 @@ def _tensors(state):
 def _max_state(model, ids, batch_size, bptt, device) -> float:
     """The largest absolute value in the recurrent state the model carries between segments (an LSTM's h and c)
     over the split read at ``batch_size``; NaN for a model that carries none."""
-    from analysis.evaluate import _segments
+    from repdegen.analysis.evaluate import _segments
 
     peak = float("nan")
     with torch.no_grad():
@@ -54,11 +54,10 @@ def _max_state(model, ids, batch_size, bptt, device) -> float:
 def evaluate_run(run: Path, weights: str, batches: list[int], splits: list[str], device: str, trace: bool,
                  tf32: bool = False) -> dict:
     from omegaconf import OmegaConf
-
-    from analysis.evaluate import evaluate_nll
-    from reproduce.engine.tasks import LMTask
-    from reproduce.runs.execute import pick_device
-    from reproduce.runs.trained import load_lm
+    from repdegen.analysis.evaluate import evaluate_nll
+    from repdegen.reproduce.engine.tasks import LMTask
+    from repdegen.reproduce.runs.execute import pick_device
+    from repdegen.reproduce.runs.trained import load_lm
 
     dev = pick_device(device)
     if dev.type == "cuda":  # fp32 as the trainer runs fp32 (reproduce/engine/trainer.py): cuDNN's TF32 off unless asked
@@ -99,7 +98,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if any(b < 1 for b in a.batches):
         sys.exit(f"eval_batches: --batches {a.batches}: each must be a positive integer (e.g. --batches 1 50)")
-    from reproduce.errors import exit_on_user_error
+    from repdegen.reproduce.errors import exit_on_user_error
 
     run_one = exit_on_user_error(evaluate_run)
     results = [run_one(run, a.weights, a.batches, a.splits, a.device, a.trace_state, a.tf32) for run in a.runs]

@@ -6,7 +6,7 @@ accident (issue 14).
 
 What is recorded: for every table x scale (smoke, lite, paper), each cell the table runs (row label, seed, config hash),
 and for every experiment preset x scale, its default cell; for each distinct hash, the config's hashed view
-(``reproduce.settings.config.hashed_view``: the fully resolved config minus the keys that do not define the experiment:
+(``repdegen.reproduce.settings.config.hashed_view``: the fully resolved config minus the keys that do not define the experiment:
 paths, logger, data locations, progress bars; ``HASH_EXCLUDED``) as YAML in ``tests/golden/configs/<hash>.yaml``.
 The index is ``tests/golden/cells.json``.
 
@@ -37,10 +37,9 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """(index, views): index maps "table/<name>/<scale>" and "experiment/<name>/<scale>" to its cells
     ({"row": "<group> / <label>" or "<label>", "seed", "hash"}); views maps each hash to its hashed view."""
     from hydra import compose, initialize_config_dir
-
-    from reproduce.runs.tables import all_table_names, expand_cells  # registers the schemas
-    from reproduce.settings.config import CONF_DIR, hashed_view
-    from reproduce.settings.resolve import resolve
+    from repdegen.reproduce.runs.tables import all_table_names, expand_cells  # registers the schemas
+    from repdegen.reproduce.settings.config import CONF_DIR, hashed_view
+    from repdegen.reproduce.settings.resolve import resolve
     index: dict[str, list[dict]] = {}
     views: dict[str, dict] = {}
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -67,7 +66,7 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
 
 def view_diff(old: dict, new: dict) -> list[str]:
     """One line per dotted key whose value differs (or exists on one side only)."""
-    from reproduce.settings.sources import flatten
+    from repdegen.reproduce.settings.sources import flatten
 
     a, b = flatten(old), flatten(new)
     missing = object()

@@ -18,9 +18,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.groups import frequency_groups  # noqa: E402
-from core.loaders import load_cell_yaml, load_cells_json, load_run_record  # noqa: E402
-from data.corpus import load_corpus  # noqa: E402
+from repdegen.analysis.groups import frequency_groups  # noqa: E402
+from repdegen.core.loaders import load_cell_yaml, load_cells_json, load_run_record  # noqa: E402
+from repdegen.data.corpus import load_corpus  # noqa: E402
 
 GROUPS = ("frequent", "medium", "rare")
 

@@ -24,9 +24,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from hydra import initialize_config_dir  # noqa: E402
-
-from reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
-from reproduce.train import train  # noqa: E402
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config, finalize, register_all  # noqa: E402
+from repdegen.reproduce.train import train  # noqa: E402
 
 
 def run_point(beta: float, tau: float, seed: int, scale: str, extra: list[str]) -> dict:

@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from reproduce.errors import UserError, exit_on_user_error  # noqa: E402
+from repdegen.reproduce.errors import UserError, exit_on_user_error  # noqa: E402
 
 MANIFEST = "manifest.json"
 SKIP = {".lock"}

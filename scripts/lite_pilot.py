@@ -9,7 +9,7 @@ PPL wins (within 0.5 % of the preset's lr: the preset's); then the regime checks
 
 (``--`` ends the options before the overrides where an option takes several values.)
 
-Two one-thread cells at a time (``--parallel``); each is an ordinary ``reproduce.train`` run in the ledger, so an
+Two one-thread cells at a time (``--parallel``); each is an ordinary ``repdegen.reproduce.train`` run in the ledger, so an
 interrupted pilot resumes. Writes ``results/pilots/<name>.json`` and ``.md`` (the runs, the checks, the decision).
 The decision is applied by hand to the preset's ``scales.lite`` (with a comment naming the pilot file), before the
 table's cells run.
@@ -38,7 +38,7 @@ TIE = 0.005  # an lr within 0.5 % of the preset's lr's validation PPL: the prese
 def run_cell(overrides: list[str], log: Path) -> str:
     """Train one cell (or find it complete in the ledger); its run directory."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "reproduce.train", *overrides, "trainer.progress=false", "trainer.resume=true"]
+    cmd = [sys.executable, "-m", "repdegen.reproduce.train", *overrides, "trainer.progress=false", "trainer.resume=true"]
     with log.open("w") as out:
         rc = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
     text = log.read_text()
@@ -50,12 +50,12 @@ def run_cell(overrides: list[str], log: Path) -> str:
 
 def init_geometry(run_dir: Path) -> dict:
 
-    from analysis.metrics import embedding_metrics
+    from repdegen.analysis.metrics import embedding_metrics
 
     path = run_dir / "init_embedding.pt"
     if not path.is_file():
         return {}
-    from core.loaders import load_tensor_file
+    from repdegen.core.loaders import load_tensor_file
 
     init = load_tensor_file(path, "initial embedding file", "move it aside, or train the run again")
     return {k: float(v) for k, v in embedding_metrics(init).items() if k in ("isotropy", "mean_cos")}
@@ -63,8 +63,8 @@ def init_geometry(run_dir: Path) -> dict:
 
 def rare_counts(run_dir: Path) -> dict:
 
-    from analysis.groups import frequency_groups
-    from core.loaders import load_tensor_file
+    from repdegen.analysis.groups import frequency_groups
+    from repdegen.core.loaders import load_tensor_file
 
     counts = load_tensor_file(run_dir / "vocab_counts.pt", "vocabulary counts file", "train the run again")
     specials = 4 if (run_dir / "bpe.model").is_file() else 0
@@ -75,7 +75,7 @@ def rare_counts(run_dir: Path) -> dict:
 
 def hardware(run_dir: Path) -> str:
     """Where the run trained, from its record (the GPU's name, or the CPU's cores), and its precision."""
-    from core.loaders import load_run_record
+    from repdegen.core.loaders import load_run_record
 
     result = load_run_record(run_dir / "result.json")
     hw, precision = result.get("hardware", {}), result.get("config", {}).get("trainer", {}).get("precision", "?")
@@ -85,7 +85,7 @@ def hardware(run_dir: Path) -> str:
 
 
 def summarize(run_dir: Path) -> dict:
-    from core.loaders import load_run_record
+    from repdegen.core.loaders import load_run_record
 
     result = load_run_record(run_dir / "result.json")
     hist = [h for h in result["history"] if "valid_ppl" in h]
@@ -143,12 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=101, help="a seed outside every table's (docs/lite_v2.md)")
     ap.add_argument("--parallel", type=int, default=2, help="one-thread cells at a time")
     ap.add_argument("--checks", nargs="+", default=["degenerates", "levelled", "rare"], choices=CHECKS)
-    ap.add_argument("overrides", nargs="+", help="reproduce.train overrides of the baseline row (scale=lite is added)")
+    ap.add_argument("overrides", nargs="+", help="repdegen.reproduce.train overrides of the baseline row (scale=lite is added)")
     args = ap.parse_args(argv)
 
     from hydra import initialize_config_dir
-
-    from reproduce.settings.config import compose_config, finalize, register_all
+    from repdegen.reproduce.settings.config import compose_config, finalize, register_all
 
     register_all()
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):

@@ -30,7 +30,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.files import atomic_write_json, output_problem  # noqa: E402
+from repdegen.core.files import atomic_write_json, output_problem  # noqa: E402
 
 
 def first_order(W: torch.Tensor, G: torch.Tensor, k: int = 50) -> dict:
@@ -63,7 +63,7 @@ def loss_parts(h: torch.Tensor, targets: torch.Tensor, W: torch.Tensor, b: torch
 
 
 def pull(run_dir: Path, weights: str, tokens: int, batch: int) -> dict:
-    from reproduce.runs.trained import load_lm
+    from repdegen.reproduce.runs.trained import load_lm
 
     lm = load_lm(Path(run_dir) / weights, "cpu", "scripts/loss_pull.py")
     obj = lm.cfg.objective

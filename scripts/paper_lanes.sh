@@ -6,13 +6,13 @@
 # epochs an hour on the 2-core AMD EPYC, but each cell takes ~1.7x as long):
 #   nohup bash scripts/paper_lanes.sh A > outputs/logs/laneA.log 2>&1 &
 #   nohup bash scripts/paper_lanes.sh B > outputs/logs/laneB.log 2>&1 &
-# Each step is `reproduce.table` with rows=[one row]: a cell complete in the ledger (or in the records committed with
+# Each step is `repdegen.reproduce.table` with rows=[one row]: a cell complete in the ledger (or in the records committed with
 # its table: restore=true) is skipped, a partial one resumes from its last checkpoint, one that another process
 # trains is waited for (the ledger lock); each step renders the table. A lane stops at the first step that does not
 # complete (the log says why); run it again to continue.
 # The AL/REAL weights were fixed by the grid of docs/fidelity.md (Inan 2017) on a lent GPU, 2026-11-27
 # (results/sweeps/inan2017_{al,real}_weight.md); to rerun the grid on this CPU instead:
-#   python -m reproduce.train -m +sweep=inan2017_al_weight scale=paper objective=al|real
+#   repdegen train -m +sweep=inan2017_al_weight scale=paper objective=al|real
 #   python scripts/choose_al_weight.py --objective al|real --write
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ row() {  # row <table> <"group / label" or label> [more arguments]: the queue's 
     return 0
   fi
   echo "== $(date -u +%FT%TZ) step $STEP, $1: $2 ($THREADS thread(s))"
-  "$PYTHON" -m reproduce.table "table=$1" scale=paper "rows=[\"$2\"]" progress=false restore=true "${@:3}"
+  "$PYTHON" -m repdegen.reproduce.table "table=$1" scale=paper "rows=[\"$2\"]" progress=false restore=true "${@:3}"
 }
 # Done, committed in results/tables/<table>/paper/ (not run again: restore=true): inan2016_t2 "200 hidden units [5]
 # (SGD, no dropout)" (2026-11-26); inan2017_t1 "Small (200 units) / VD-LSTM" and "... / VD-LSTM+RE", inan2016_t1

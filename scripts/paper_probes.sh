@@ -4,7 +4,7 @@
 #   nohup bash -c 'bash scripts/paper_lanes.sh S && bash scripts/paper_probes.sh' >> outputs/logs/laneS.log 2>&1 &
 # Declared before they run, with what each tests and how its result is used: results/tables/inan2016_t1/NOTES.md,
 # "Probes outside the table". They never enter a table: the tables' seeds, rows and verdicts stay as registered.
-# Their records stay in the ledger (outputs/runs/<hash>/: python -m reproduce.status --all); what they gave goes into
+# Their records stay in the ledger (outputs/runs/<hash>/: repdegen status --all); what they gave goes into
 # that NOTES section by hand, with their records copied to results/probes/inan2016_t1/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +12,9 @@ export REPDEGEN_DATA_DIR="${REPDEGEN_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 THREADS="$(nproc)"
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 PYTHON="${PYTHON:-python}"
-probe() {  # probe <name> <overrides...>: one run of python -m reproduce.train, continued if it is partial
+probe() {  # probe <name> <overrides...>: one run of repdegen train, continued if it is partial
   echo "== $(date -u +%FT%TZ) probe $1 ($THREADS thread(s)): ${*:2}"
-  "$PYTHON" -m reproduce.train "${@:2}" trainer.resume=true trainer.progress=false logger.group=probes/inan2016_t1
+  "$PYTHON" -m repdegen.reproduce.train "${@:2}" trainer.resume=true trainer.progress=false logger.group=probes/inan2016_t1
 }
 H200=(experiment=inan2016/h200 scale=paper)
 # P1: a second seed of inan2016_t1's baseline and AL-only rows (does AL's test PPL above the baseline's, and the

@@ -1,6 +1,6 @@
 """The paper-scale rows rendered so far, one line each: paper vs ours for every metric the table has (valid and test
 PPL, ...), Δ %, and each cell's provenance (epochs per training session, wall time, hardware, commit) from the
-rendering's ``cells.json`` (``reproduce.results.paper_rows``; ``results/README.md`` shows the same lines). Reads
+rendering's ``cells.json`` (``repdegen.reproduce.results.paper_rows``; ``results/README.md`` shows the same lines). Reads
 ``results/tables/*/paper/`` only: what issue 27's closing note and a session note report.
 
     python scripts/paper_rows.py [--tables inan2017_t1 inan2016_t1 ...] [--all]   # --all: rows not run yet too
@@ -15,9 +15,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.errors import UserError  # noqa: E402
-from reproduce.errors import EXIT_USER_ERROR, report_user_error  # noqa: E402
-from reproduce.results.paper_rows import HEADER, all_rows  # noqa: E402
+from repdegen.core.errors import UserError  # noqa: E402
+from repdegen.reproduce.errors import EXIT_USER_ERROR, report_user_error  # noqa: E402
+from repdegen.reproduce.results.paper_rows import HEADER, all_rows  # noqa: E402
 
 
 def known_tables(results: Path) -> list[str]:

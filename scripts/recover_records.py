@@ -5,7 +5,7 @@ before renderings kept their records (reproduce/runs/archive.py) and whose ledge
 
 Writes results/tables/<table>/<scale>/records/<hash>/result.json for each complete cell of the rendering that has no
 archived record, marked ``recovered`` (the table's numbers and the cell's provenance only; what was lost is said in the
-record and in the rendered table). Then ``python -m reproduce.table table=<t> scale=paper render_only=true
+record and in the rendered table). Then ``repdegen table table=<t> scale=paper render_only=true
 restore=true`` brings them into the ledger, and the table renders them with the rows trained since.
 """
 
@@ -18,12 +18,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
-
-from reproduce.describe import describe  # noqa: E402
-from reproduce.errors import exit_on_user_error  # noqa: E402
-from reproduce.runs.archive import recover_records  # noqa: E402
-from reproduce.runs.tables import expand_cells  # noqa: E402
-from reproduce.settings.config import CONF_DIR  # noqa: E402
+from repdegen.reproduce.describe import describe  # noqa: E402
+from repdegen.reproduce.errors import exit_on_user_error  # noqa: E402
+from repdegen.reproduce.runs.archive import recover_records  # noqa: E402
+from repdegen.reproduce.runs.tables import expand_cells  # noqa: E402
+from repdegen.reproduce.settings.config import CONF_DIR  # noqa: E402
 
 
 def parameters(cfg) -> dict:
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             app = compose("table_app", overrides=[f"table={table}", f"scale={args.scale}",
                                                   f"paths.tables_dir={args.tables_dir}"])
             written += len(recover_records(app, expand_cells(app), parameters))
-    print(f"repdegen: {written} record(s) recovered; bring them into the ledger with python -m reproduce.table "
+    print(f"repdegen: {written} record(s) recovered; bring them into the ledger with repdegen table "
           f"table=<t> scale={args.scale} render_only=true restore=true")
     return 0
 

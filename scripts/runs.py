@@ -10,10 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.figures import plot_validation_curves
-from core.errors import CorruptFile
-from core.files import output_problem
-from core.loaders import load_run_record
+from repdegen.analysis.figures import plot_validation_curves
+from repdegen.core.errors import CorruptFile
+from repdegen.core.files import output_problem
+from repdegen.core.loaders import load_run_record
 
 
 def load_runs(roots: list[str]) -> list[dict]:

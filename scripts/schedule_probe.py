@@ -26,18 +26,17 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from core.files import atomic_write_json, output_problem  # noqa: E402
-from core.provenance import command_line, git_commit, hardware  # noqa: E402
+from repdegen.core.files import atomic_write_json, output_problem  # noqa: E402
+from repdegen.core.provenance import command_line, git_commit, hardware  # noqa: E402
 
 
 def probe(run: Path, out_dir: Path, decay: float, epochs: int, patience: int, lr: float | None) -> dict:
     from omegaconf import OmegaConf
-
-    from losses import build_objective
-    from models import build_model, resolve_tie
-    from reproduce.engine.trainer import Trainer
-    from reproduce.runs.execute import _load_corpus_quiet_off_main, pick_device
-    from reproduce.runs.ledger import read_record
+    from repdegen.losses import build_objective
+    from repdegen.models import build_model, resolve_tie
+    from repdegen.reproduce.engine.trainer import Trainer
+    from repdegen.reproduce.runs.execute import _load_corpus_quiet_off_main, pick_device
+    from repdegen.reproduce.runs.ledger import read_record
 
     for name in ("result.json", "best.pt"):
         if not (run / name).is_file():

@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 import yaml
-
-from reproduce.results.claims import MARK
+from repdegen.reproduce.results.claims import MARK
 
 ROOT = Path(__file__).resolve().parents[1]
 SYMBOL = {**MARK, "n/a": "n/a", "changed": "⚠", "not run": "not run"}

@@ -1,5 +1,5 @@
 """Positive control of the word-similarity pipeline (issue 23 item 6): an embedding built from the same corpus the
-lite LMs train on must reach a real correlation through ``analysis.wordsim.evaluate_wordsim``, the code Yu et al.
+lite LMs train on must reach a real correlation through ``repdegen.analysis.wordsim.evaluate_wordsim``, the code Yu et al.
 Table 6's cells use, and a random embedding must not.
 
     REPDEGEN_DATA_DIR=../shared/data python scripts/wordsim_control.py [--out results/sanity]
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
+from repdegen.analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
 
 THRESHOLD, RANDOM_BOUND, JUDGED = 25.0, 10.0, ("MEN", "WS353")
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny generated corpus laid out like ../shared/data, and config composition."""
+"""Shared fixtures: a tiny generated corpus laid out as REPDEGEN_DATA_DIR expects (README, section "Data"), and config
+composition."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import initialize_config_dir
-
-from reproduce.settings.config import CONF_DIR, compose_config, register_all
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config, register_all
 
 register_all()
 # one thread per pytest-xdist worker (`make test` runs one worker per core), else up to two
@@ -21,7 +21,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 else:
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-REAL_DATA = Path(os.environ.get("REPDEGEN_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+# the real corpora, where REPDEGEN_DATA_DIR names a folder holding them (tests that need them skip otherwise)
+REAL_DATA = Path(os.environ.get("REPDEGEN_DATA_DIR") or "REPDEGEN_DATA_DIR-not-set")
 
 
 def make_sentences(n_tokens: int, seed: int, vocab: int = 40) -> list[str]:
@@ -58,7 +59,7 @@ def tiny_data(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def compose_cfg(tmp_path, tiny_data):
-    """compose_cfg(*overrides) -> the DictConfig reproduce.train would get, on the tiny corpus."""
+    """compose_cfg(*overrides) -> the DictConfig repdegen.reproduce.train would get, on the tiny corpus."""
 
     def _compose(*overrides: str, data_dir: Path | None = None, output_dir: Path | None = None):
         base = [
@@ -74,14 +75,17 @@ def compose_cfg(tmp_path, tiny_data):
 
 def requires_real_data(*names: str):
     missing = [n for n in names if not (REAL_DATA / n).is_dir()]
-    return pytest.mark.skipif(bool(missing), reason=f"real corpora not found under {REAL_DATA} (set REPDEGEN_DATA_DIR)")
+    where = (f"under REPDEGEN_DATA_DIR={REAL_DATA}" if os.environ.get("REPDEGEN_DATA_DIR")
+             else "(REPDEGEN_DATA_DIR is not set)")
+    return pytest.mark.skipif(bool(missing), reason=f"needs the real corpora {', '.join(missing)}, not found {where}: "
+                                                    f"set REPDEGEN_DATA_DIR to a folder holding them (the README's section Data)")
 
 
 # The two test tiers (`make test-fast` while cells train; `make test`, what CI runs, is both): a test is end to end
 # (marker e2e) when it starts subprocesses or trains through the entry points, which is read from its own source.
 # A test that trains through a helper of its module can say so with @pytest.mark.e2e.
 E2E_PATTERNS = ("subprocess.", "run_table(", "run_tables(", "= train(", "train(compose_cfg", "train(cfg", "bench.main(",
-                "reproduce.runs.launch", "torch.distributed.run")
+                "repdegen.reproduce.runs.launch", "torch.distributed.run")
 
 
 def is_end_to_end(fn) -> bool:

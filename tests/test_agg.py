@@ -9,11 +9,10 @@ import io
 import pytest
 import torch
 from omegaconf import OmegaConf
-
-from losses import build_objective
-from losses.agg import AGGConfig, agg_gates
-from reproduce.errors import ConfigError
-from reproduce.train import train
+from repdegen.losses import build_objective
+from repdegen.losses.agg import AGGConfig, agg_gates
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.train import train
 
 V, D, N = 9, 4, 23
 
@@ -308,7 +307,7 @@ def test_distributed_counts_are_all_reduced(monkeypatch):
                                        ({"static_after_epochs": 0.0}, "static_after_epochs"),
                                        ({"static_after_updates": 5, "static_after_epochs": 1.0}, "set one of them")])
 def test_bad_configs_are_rejected(bad, match):
-    from losses import validate_objective
+    from repdegen.losses import validate_objective
 
     with pytest.raises(ConfigError, match=match):
         validate_objective(OmegaConf.merge(OmegaConf.structured(AGGConfig), bad))

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-
-from analysis.sweep_figures import use_log_x
-from reproduce.runs.sweeps import (
+from repdegen.analysis.sweep_figures import use_log_x
+from repdegen.reproduce.runs.sweeps import (
     AggregateCallback,
     AggregateError,
     aggregate,
@@ -25,7 +24,7 @@ from reproduce.runs.sweeps import (
     parse_overrides,
     swept_keys,
 )
-from reproduce.runs.sweeps import run as run_aggregate
+from repdegen.reproduce.runs.sweeps import run as run_aggregate
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LSTM = ("experiment=inan2017/small", "scale=smoke", "trainer.progress=false")
@@ -33,7 +32,7 @@ METRICS = ("valid_ppl", "test_ppl", "isotropy")
 
 
 def multirun(tmp: Path, data: Path, *overrides: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "reproduce.train", "-m", *TINY_LSTM, f"dataset.data_dir={data}",
+    args = [sys.executable, "-m", "repdegen.reproduce.train", "-m", *TINY_LSTM, f"dataset.data_dir={data}",
             f"paths.output_dir={tmp / 'out'}", *overrides]
     # one thread: tiny models, and on a shared 2-core machine more threads only wait on each other (5x slower)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
@@ -86,7 +85,7 @@ def test_the_callback_writes_the_expected_table(sweep):
             assert float(csv_rows[gamma][f"{m}_mean"]) == pytest.approx(mean, rel=1e-12)
             assert float(csv_rows[gamma][f"{m}_std"]) == pytest.approx(std, rel=1e-9, abs=1e-12)
         assert csv_rows[gamma]["n"] == "2"
-        # the Markdown table comes from the tables' renderer (reproduce.results.render): ours = mean±sd, no paper column
+        # the Markdown table comes from the tables' renderer (repdegen.reproduce.results.render): ours = mean±sd, no paper column
         valid = [r["metrics"]["final"]["valid_ppl"] for r in recs]
         # the sd to two significant figures (Python's own "g" rounding), the mean to as many decimals
         sd_text = f"{statistics.stdev(valid):#.2g}".rstrip(".")
@@ -121,7 +120,7 @@ def test_failed_and_unfinished_jobs_are_listed(sweep, tmp_path):
     shutil.copytree(sweep, sweep_copy)
     shutil.copytree(sweep.parent / "out" / "runs", runs)
     hashes = {Path(j["job_dir"]).name: j["config_hash"] for j in json.loads((sweep / "aggregate.json").read_text())["jobs"]}
-    # job 1 diverged: reproduce.train marks its ledger run failed (found by the hash its overrides compose to)
+    # job 1 diverged: repdegen.reproduce.train marks its ledger run failed (found by the hash its overrides compose to)
     h1 = hashes["1"]
     rec = json.loads((runs / h1 / "result.json").read_text())
     rec.update(status="failed", error="the loss became nan at update 3")
@@ -170,7 +169,7 @@ def test_clear_errors(sweep, tmp_path):
 
 
 def test_swept_keys_ignore_seeds_run_control_and_hydra_keys():
-    from reproduce.runs.sweeps import Job
+    from repdegen.reproduce.runs.sweeps import Job
 
     lines = [["objective.alpha=0.001", "seed=1", "paths.output_dir=/a", "hydra.sweep.dir=/x", "scale=smoke"],
              ["objective.alpha=1e-3", "seed=2", "paths.output_dir=/b", "hydra.sweep.dir=/y", "scale=smoke"],
@@ -202,7 +201,7 @@ def test_optuna_searches_and_the_study_is_aggregated(tmp_path, tiny_data):
 
 def test_values_a_preset_set_are_read_from_the_run():
     """A key missing from a job's command line takes the value its run used (a pooled baseline, a preset)."""
-    from reproduce.runs.sweeps import Job
+    from repdegen.reproduce.runs.sweeps import Job
 
     record = {"choices": {"objective": "cosreg"}, "config": {"objective": {"name": "cosreg", "gamma": 1.0}, "seed": 3}}
     job = Job(dir=Path("0"), overrides=["seed=3"], params=parse_overrides(["seed=3"]), record=record)
@@ -221,11 +220,10 @@ def test_values_a_preset_set_are_read_from_the_run():
 ])
 def test_sweep_presets_compose_with_their_grid_and_the_callback(preset, key, objective, experiment):
     from hydra import compose, initialize_config_dir
-
-    from reproduce.settings.config import CONF_DIR
+    from repdegen.reproduce.settings.config import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"+sweep={preset}", "scale=smoke"], return_hydra_config=True)
     assert cfg.objective.name == objective and cfg.hydra.runtime.choices.experiment == experiment
     assert set(cfg.hydra.sweeper.params) == {key, "seed"} and len(str(cfg.hydra.sweeper.params[key]).split(",")) >= 4
-    assert cfg.hydra.callbacks.aggregate._target_ == "reproduce.runs.sweeps.AggregateCallback"
+    assert cfg.hydra.callbacks.aggregate._target_ == "repdegen.reproduce.runs.sweeps.AggregateCallback"

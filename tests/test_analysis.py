@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from analysis.embedding_figures import (
+from repdegen.analysis.embedding_figures import (
     normalized_singular_values,
     plot_metric_over_training,
     plot_rare_group_size,
@@ -18,21 +17,21 @@ from analysis.embedding_figures import (
     plot_token_frequency,
     svd_projection,
 )
-from analysis.evaluate import evaluate_nll
-from analysis.groups import AGG_CUTOFFS, frequency_groups, group_cosines, group_isotropy, group_metrics
-from analysis.inspection import (
+from repdegen.analysis.evaluate import evaluate_nll
+from repdegen.analysis.groups import AGG_CUTOFFS, frequency_groups, group_cosines, group_isotropy, group_metrics
+from repdegen.analysis.inspection import (
     continuation_uniq,
     nearest_neighbours,
     principal_angles,
     subspace_distance,
     top_predictions,
 )
-from analysis.wordsim import evaluate_wordsim, load_wordsim, rankdata, spearman, word_vector
-from data.batching import batchify
-from data.vocab import Vocab
-from models import build_model
-from models.generation import lm_continue
-from models.lstm_lm import LSTMLMConfig
+from repdegen.analysis.wordsim import evaluate_wordsim, load_wordsim, rankdata, spearman, word_vector
+from repdegen.data.batching import batchify
+from repdegen.data.vocab import Vocab
+from repdegen.models import build_model
+from repdegen.models.generation import lm_continue
+from repdegen.models.lstm_lm import LSTMLMConfig
 
 V = 20
 
@@ -252,7 +251,7 @@ def test_wordsim_end_to_end_word_level(tmp_path):
 
 
 def test_wordsim_bpe_averages_the_word_initial_pieces(tmp_path):
-    from data.bpe import train_bpe
+    from repdegen.data.bpe import train_bpe
 
     base = ["the cat sat on the mat", "a dog played with the cats", "playing dogs and sitting cats",
             "the house of the dog", "trees and houses by the road", "the cat is playing in the house"]
@@ -379,8 +378,8 @@ def test_figures_write_png_files(tmp_path):
     assert is_png(plot_metric_over_training(hist, ["iso.rare", "iso.frequent"], tmp_path / "hist.png", "I(W)"))
     assert is_png(plot_rare_group_size([1, 2, 3], [500, 300, 350], tmp_path / "rare.png"))
     # Yu Fig. 5: a metric against alpha, mean +- sample std over seeds (the sweep aggregation's statistics and plot)
-    from analysis.sweep_figures import SweepSeries, plot_sweep_metric
-    from reproduce.runs.sweeps import mean_std
+    from repdegen.analysis.sweep_figures import SweepSeries, plot_sweep_metric
+    from repdegen.reproduce.runs.sweeps import mean_std
 
     rows = [{"alpha": a, "seed": s, "ppl": 20 + a + s, "uniq": 100 * a, "isotropy": 0.5} for a in (0.01, 0.03) for s in (1, 2)]
     alphas = sorted({r["alpha"] for r in rows})
@@ -395,8 +394,8 @@ def test_figures_write_png_files(tmp_path):
 def test_hidden_states_of_the_segments_are_one_long_forward_and_frac_negative_counts_them():
     """``lm_hidden_states`` in BPTT segments with the state carried = the hidden states of one forward over the
     whole batchified stream (the model in eval mode); ``frac_negative`` = a per-row count of h . d < 0."""
-    from analysis.evaluate import frac_negative, lm_hidden_states
-    from data.batching import batchify
+    from repdegen.analysis.evaluate import frac_negative, lm_hidden_states
+    from repdegen.data.batching import batchify
 
     model = tiny_lm(1).train()
     ids = torch.randint(0, V, (203,), generator=torch.Generator().manual_seed(3))
@@ -415,7 +414,7 @@ def test_hidden_states_of_the_segments_are_one_long_forward_and_frac_negative_co
 
 
 def test_mean_unseen_drift_by_hand():
-    from analysis.geometry import MIN_GROUP, mean_unseen_drift
+    from repdegen.analysis.geometry import MIN_GROUP, mean_unseen_drift
 
     n = MIN_GROUP + 10
     counts = torch.tensor([5, 0, 3] + [0] * (n - 3))  # ids 1, 3.. unseen; id 0 a special

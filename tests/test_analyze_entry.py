@@ -1,4 +1,4 @@
-"""reproduce.analyze on a finished run: the same group metrics as the run's own final metrics, the
+"""repdegen.reproduce.analyze on a finished run: the same group metrics as the run's own final metrics, the
 figures, neighbours and predictions."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-
-from reproduce.analyze import AnalyzeConfig, analyze
-from reproduce.errors import ConfigError
-from reproduce.settings.config import finalize
-from reproduce.train import train
+from repdegen.reproduce.analyze import AnalyzeConfig, analyze
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import train
 
 
 def test_analyze_a_run_directory(compose_cfg, tiny_data, monkeypatch):

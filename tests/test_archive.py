@@ -13,12 +13,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import repdegen.reproduce.runs.tables as table_mod
 from hydra import initialize_config_dir
+from repdegen.reproduce.errors import ConfigError, UserError
+from repdegen.reproduce.runs.archive import archive_records, archived_records, restore_records, restored_from
+from repdegen.reproduce.settings.config import CONF_DIR
 
-import reproduce.runs.tables as table_mod
-from reproduce.errors import ConfigError, UserError
-from reproduce.runs.archive import archive_records, archived_records, restore_records, restored_from
-from reproduce.settings.config import CONF_DIR
 from tests.test_table import compose_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -121,8 +121,7 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
         shutil.rmtree(runs)
         shutil.rmtree(out / "records")
         from recover_records import parameters
-
-        from reproduce.runs.archive import recover_records
+        from repdegen.reproduce.runs.archive import recover_records
 
         said = []
         written = recover_records(app, table_mod.expand_cells(app), parameters, log=said.append)
@@ -146,7 +145,7 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
 
         # while that retrain runs (its record moved aside, a partial run in its place), the table still renders
         # (another row's new cell must not wait hours for it), with the recovered record standing, not dropped
-        from reproduce.runs.archive import retrain_recovered
+        from repdegen.reproduce.runs.archive import retrain_recovered
 
         run = runs / cell.config_hash
         archived = (out / "records" / cell.config_hash / "result.json").read_text()
@@ -210,8 +209,7 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
 
 def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded(tmp_path, capsys):
     from omegaconf import OmegaConf
-
-    from reproduce.runs.ledger import Ledger
+    from repdegen.reproduce.runs.ledger import Ledger
 
     tables, runs = tmp_path / "tables", tmp_path / "runs"
     archive_records(tables / "t1" / "paper", [record("aaaa"), record("bbbb")], runs)
@@ -225,13 +223,13 @@ def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded
     table_mod.analyse_cells(app, cells, Ledger(runs))  # no weights here: loading them would raise
     said = capsys.readouterr().out
     assert "row aaaa [aaaa] was restored" in said and "analysis columns stay empty" in said and "bbbb" not in said
-    from reproduce.runs.trained import analysis_values
+    from repdegen.reproduce.runs.trained import analysis_values
 
     assert analysis_values(runs / "bbbb", app.table.analyses)[0] == {"cont_uniq_mean": 3.0, "cont_uniq_total": 40.0}
 
 
 def test_a_standing_record_is_the_last_recovered_one_kept_aside_and_complete(tmp_path, capsys):
-    from reproduce.runs.archive import standing_record
+    from repdegen.reproduce.runs.archive import standing_record
 
     run = tmp_path / "aaaa"
     run.mkdir()
@@ -248,8 +246,7 @@ def test_a_standing_record_is_the_last_recovered_one_kept_aside_and_complete(tmp
 
 def test_a_recovered_record_never_takes_the_weights_in_its_run_directory(tmp_path):
     import torch
-
-    from reproduce.runs.archive import output_embedding
+    from repdegen.reproduce.runs.archive import output_embedding
 
     run = tmp_path / "aaaa"
     run.mkdir()
@@ -265,7 +262,7 @@ def test_a_recovered_record_never_takes_the_weights_in_its_run_directory(tmp_pat
 def test_the_recovered_commit_is_the_last_one_that_changed_the_rendering(monkeypatch, tmp_path):
     import subprocess
 
-    from reproduce.runs.archive import _git_last_commit
+    from repdegen.reproduce.runs.archive import _git_last_commit
 
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(tmp_path)  # the path is found from anywhere
@@ -276,7 +273,7 @@ def test_the_recovered_commit_is_the_last_one_that_changed_the_rendering(monkeyp
 
 
 def test_status_lists_a_restored_run_with_where_it_came_from(tmp_path):
-    from reproduce.runs.status import collect, format_row
+    from repdegen.reproduce.runs.status import collect, format_row
 
     tables, runs = tmp_path / "tables", tmp_path / "runs"
     recovered = record("aaaa", recovered={"from": "table.csv", "commit": "abc"}, history=[])
@@ -299,7 +296,7 @@ def test_recover_script_names_an_unknown_table(capsys):
 
 
 def test_the_report_shows_the_figures_kept_from_before_a_recovery(tmp_path):
-    from reproduce.results.report import kept_figures
+    from repdegen.reproduce.results.report import kept_figures
 
     out = tmp_path / "tables" / "t1" / "paper"
     kept = out / "records" / "figures-abc123"

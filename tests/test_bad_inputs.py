@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from reproduce.errors import EXIT_USER_ERROR, ConfigError, as_user_error, condense_hydra_error, exit_on_user_error
-from reproduce.settings.config import CONF_DIR, compose_config, config_hash, finalize
+from repdegen.reproduce.errors import EXIT_USER_ERROR, ConfigError, as_user_error, condense_hydra_error, exit_on_user_error
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config, config_hash, finalize
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ("model=vd_lstm_small", "dataset=ptb", "objective=mle", "scale=smoke", "trainer.progress=false")
@@ -56,7 +55,7 @@ def call_entry(fn, app, capsys) -> str:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_data):
     """A complete smoke run on the tiny corpus: (output dir, its config, its run directory)."""
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     out = tmp_path_factory.mktemp("trained") / "out"
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -84,8 +83,8 @@ def set_status(run_dir: Path, status: str) -> None:
 # ---- a required value left out --------------------------------------------------------------------------
 @pytest.mark.parametrize("entry", ["analyze", "translate"])
 def test_no_checkpoint_is_one_line(entry, capsys):
-    import reproduce.analyze as analyze_mod
-    import reproduce.translate as translate_mod
+    import repdegen.reproduce.analyze as analyze_mod
+    import repdegen.reproduce.translate as translate_mod
 
     fn = analyze_mod.analyze if entry == "analyze" else translate_mod.run
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -97,7 +96,7 @@ def test_hydra_errors_are_one_line_and_exit_2(tmp_path):
     """Hydra's own errors (an unknown key, an unknown option, the override grammar) exit as every user error."""
     for args, name in ((["objective=cosreg", "objective.gama=1"], "gama"), (["model=nope"], "model/nope"),
                        (["trainer.batch_size=abc"], "abc")):
-        out = subprocess.run([sys.executable, "-m", "reproduce.train", *args, f"paths.output_dir={tmp_path}",
+        out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", *args, f"paths.output_dir={tmp_path}",
                               f"hydra.run.dir={tmp_path}/h"], cwd=REPO, capture_output=True, text=True, timeout=120,
                              env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert out.returncode == EXIT_USER_ERROR, out.stderr
@@ -129,7 +128,7 @@ def table_app(tmp_path: Path, tiny_data: Path, *extra: str):
 
 @pytest.mark.parametrize("content", ['{"status": "comp', "[1, 2]"], ids=["truncated", "list"])
 def test_render_only_names_a_corrupt_record_and_changes_nothing(content, tmp_path, tiny_data, capsys):
-    from reproduce.runs.tables import expand_cells, run_tables
+    from repdegen.reproduce.runs.tables import expand_cells, run_tables
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, "render_only=true")
@@ -144,7 +143,7 @@ def test_render_only_names_a_corrupt_record_and_changes_nothing(content, tmp_pat
 
 
 def test_a_corrupt_record_is_moved_aside_and_its_run_continues(run_copy, capsys):
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     out, cfg, run_dir = run_copy
     (run_dir / "result.json").write_text('{"status": "comp')
@@ -165,7 +164,7 @@ def test_a_corrupt_record_is_moved_aside_and_its_run_continues(run_copy, capsys)
 
 # ---- corrupt checkpoints and weights --------------------------------------------------------------------
 def test_a_truncated_checkpoint_is_named_before_anything_is_written(run_copy, capsys):
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     out, cfg, run_dir = run_copy
     set_status(run_dir, "preempted")
@@ -178,7 +177,7 @@ def test_a_truncated_checkpoint_is_named_before_anything_is_written(run_copy, ca
 
 
 def test_analyze_a_truncated_best_pt_names_it_and_the_other_weights(run_copy, capsys):
-    from reproduce.analyze import analyze
+    from repdegen.reproduce.analyze import analyze
 
     out, _, run_dir = run_copy
     best = run_dir / "best.pt"
@@ -196,8 +195,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(compose_cfg, tmp_p
     import shutil as shutil_mod
 
     import torch
-
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     real_save = torch.save
 
@@ -217,8 +215,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(compose_cfg, tmp_p
 
 
 def test_a_read_only_directory_is_one_line(compose_cfg, tmp_path, monkeypatch, capsys):
-    from reproduce.runs import ledger as ledger_mod
-    from reproduce.train import train
+    from repdegen.reproduce.runs import ledger as ledger_mod
+    from repdegen.reproduce.train import train
 
     def read_only(self, h):
         raise PermissionError(errno.EROFS, "Read-only file system", str(self.run_dir(h)))
@@ -237,7 +235,7 @@ def test_os_errors_that_are_not_the_users_stay_bugs():
 def test_the_next_start_removes_what_a_killed_write_left(run_copy, capsys):
     import socket
 
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     out, cfg, run_dir = run_copy
     set_status(run_dir, "preempted")
@@ -267,7 +265,7 @@ def test_the_tying_error_names_the_users_widths_and_its_fix_works(compose_cfg):
 
 # ---- the table's overrides= syntax ------------------------------------------------------------------------
 def test_table_overrides_list_syntax():
-    from reproduce.runs.tables import split_cell_args
+    from repdegen.reproduce.runs.tables import split_cell_args
 
     for arg in ("overrides=[trainer.device=cpu,model.foo=[1,2]]", 'overrides=["trainer.device=cpu","model.foo=[1,2]"]'):
         own, cell = split_cell_args(["table=x", arg])
@@ -276,7 +274,7 @@ def test_table_overrides_list_syntax():
 
 # ---- concurrent tables ------------------------------------------------------------------------------------
 def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_data, monkeypatch, capsys):
-    import reproduce.runs.tables as table_mod
+    import repdegen.reproduce.runs.tables as table_mod
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, "render_only=true")
@@ -315,8 +313,8 @@ def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_dat
 
 
 def test_a_cell_trained_elsewhere_is_waited_for_not_failed(trained, tmp_path, capsys):
-    from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, write_cell_config
-    from reproduce.runs.ledger import Ledger
+    from repdegen.reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, write_cell_config
+    from repdegen.reproduce.runs.ledger import Ledger
 
     out, cfg, run_dir = trained
     cfg = finalize(cfg)
@@ -345,7 +343,7 @@ def test_cells_die_with_a_killed_table_process(tmp_path):
     scheduler that started it is killed, even by SIGKILL."""
     parent = subprocess.Popen([sys.executable, "-c", (
         "import subprocess, sys, time\n"
-        "from reproduce.runs.launch import _die_with_parent\n"
+        "from repdegen.reproduce.runs.launch import _die_with_parent\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True,"
         " preexec_fn=_die_with_parent())\n"
         "print(child.pid, flush=True)\n"
@@ -369,7 +367,7 @@ def test_cells_die_with_a_killed_table_process(tmp_path):
 
 # ---- progress in a log ----------------------------------------------------------------------------------
 def test_progress_in_a_log_is_lines_not_carriage_returns():
-    from reproduce.engine.progress import progress_bar
+    from repdegen.reproduce.engine.progress import progress_bar
 
     log = io.StringIO()
     bar = progress_bar(total=200, desc="train epoch 1", unit="update", file=log, min_seconds=0)
@@ -390,7 +388,7 @@ def test_progress_in_a_log_is_lines_not_carriage_returns():
 def test_an_optional_group_typo_or_a_schema_is_refused_not_run(override, name, near):
     """``optional experiment`` skips an option that does not exist (the defaults would train under the misspelled
     name), and a group's schema node would be taken as an option: both one error with the options nearest."""
-    from reproduce.settings.config import compose_with_choices
+    from repdegen.reproduce.settings.config import compose_with_choices
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         with pytest.raises(ConfigError) as err:
@@ -436,7 +434,7 @@ def test_an_unknown_key_names_the_nearest_setting_not_the_plus_form():
     ("launch.gpus=[]", "expected a non-empty list of GPU ids >= 0"),
 ])
 def test_launch_settings_are_checked_before_anything_is_registered(override, message, tmp_path, tiny_data):
-    from reproduce.runs.tables import run_table
+    from repdegen.reproduce.runs.tables import run_table
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, override)
@@ -448,7 +446,7 @@ def test_launch_settings_are_checked_before_anything_is_registered(override, mes
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_missing_device_is_an_error_before_the_run_directory_exists(compose_cfg, tmp_path):
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     with pytest.raises(ConfigError, match="trainer.device=cuda but no CUDA device is available"):
         train(compose_cfg(*RUN, "trainer.device=cuda"))
@@ -458,7 +456,7 @@ def test_a_missing_device_is_an_error_before_the_run_directory_exists(compose_cf
 @pytest.mark.parametrize("argv,bad", [(["--bogus"], "--bogus"), (["--max-epochs", "3"], "--max-epochs"),
                                       (["--cfg", "job", "--nope=1"], "--nope=1"), (["-x"], "-x")])
 def test_an_unknown_option_is_one_line_not_argparse_usage(argv, bad, capsys):
-    from reproduce.errors import check_flags
+    from repdegen.reproduce.errors import check_flags
 
     with pytest.raises(SystemExit) as ex:
         check_flags(argv)
@@ -468,7 +466,7 @@ def test_an_unknown_option_is_one_line_not_argparse_usage(argv, bad, capsys):
 
 
 def test_hydras_own_flags_and_overrides_pass_the_option_check():
-    from reproduce.errors import check_flags
+    from repdegen.reproduce.errors import check_flags
 
     for argv in (["--help"], ["--cfg", "job", "scale=smoke"], ["-c", "hydra"], ["-m", "objective=mle,al"],
                  ["--config-name=config", "-p", "trainer"], ["--info"], ["--info", "config"], ["~trainer.gpus"],

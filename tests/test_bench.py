@@ -12,8 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import bench  # noqa: E402
-
-from reproduce.engine.trainer import Trainer  # noqa: E402
+from repdegen.reproduce.engine.trainer import Trainer  # noqa: E402
 
 
 def test_bench_times_trainer_train_update_interleaved(tmp_path, monkeypatch):

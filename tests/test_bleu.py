@@ -12,9 +12,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from analysis.bleu import bleu_detok, bleu_tokenized, compound_split, tokenize_for_bleu
-from reproduce.errors import DataError
+from repdegen.analysis.bleu import bleu_detok, bleu_tokenized, compound_split, tokenize_for_bleu
+from repdegen.reproduce.errors import DataError
 
 REFS = [
     "The state-of-the-art system, which costs $5.50, works.",

@@ -1,4 +1,4 @@
-"""BPE (data.bpe): round trips, the frequency-sorted id space, the unk literal, the cache, and BPE LM corpora."""
+"""BPE (repdegen.data.bpe): round trips, the frequency-sorted id space, the unk literal, the cache, and BPE LM corpora."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import pytest
 import sentencepiece
 import torch
 from omegaconf import OmegaConf
-
-from data.bpe import BOS, EOS, PAD, SPECIALS, UNK, BPETokenizer, train_bpe
-from data.corpus import load_corpus
-from reproduce.errors import ConfigError, DataError
-from reproduce.settings.config import DatasetConfig
+from repdegen.data.bpe import BOS, EOS, PAD, SPECIALS, UNK, BPETokenizer, train_bpe
+from repdegen.data.corpus import load_corpus
+from repdegen.reproduce.errors import ConfigError, DataError
+from repdegen.reproduce.settings.config import DatasetConfig
 
 SENTENCES = [
     "Ein kleines Mädchen läuft über die Straße.",
@@ -136,7 +135,7 @@ def test_small_corpus_gives_fewer_pieces_and_bad_sizes_fail_clearly(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# BPE language-model corpora through data.corpus.load_corpus
+# BPE language-model corpora through repdegen.data.corpus.load_corpus
 # --------------------------------------------------------------------------------------------------
 WIKI_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
 

@@ -5,12 +5,11 @@ own numbers where the paper prints them (a check on the transcription)."""
 from __future__ import annotations
 
 import pytest
+import repdegen.reproduce.runs.tables  # noqa: F401  (registers the table schema)
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-import reproduce.runs.tables  # noqa: F401  (registers the table schema)
-from reproduce.errors import ConfigError
-from reproduce.results.claims import (
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.results.claims import (
     FAILS,
     HOLDS,
     TIE,
@@ -28,8 +27,8 @@ from reproduce.results.claims import (
     validate_claims,
     verdict_record,
 )
-from reproduce.runs.tables import TableConfig, expand_cells, scale_names
-from reproduce.settings.config import CONF_DIR
+from repdegen.reproduce.runs.tables import TableConfig, expand_cells, scale_names
+from repdegen.reproduce.settings.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 

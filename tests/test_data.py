@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from repdegen.data.batching import batchify, bptt_segments, get_batch, variable_length
+from repdegen.data.bpe import EOS
+from repdegen.data.corpus import load_corpus
+from repdegen.reproduce.errors import DataError
+from repdegen.reproduce.settings.config import DatasetConfig
 
-from data.batching import batchify, bptt_segments, get_batch, variable_length
-from data.bpe import EOS
-from data.corpus import load_corpus
-from reproduce.errors import DataError
-from reproduce.settings.config import DatasetConfig
 from tests.conftest import REAL_DATA, requires_real_data, write_tiny_corpus
 
 PTB_FILES = {"train": "ptb.train.txt", "valid": "ptb.valid.txt", "test": "ptb.test.txt"}
@@ -93,8 +93,8 @@ def test_local_source_without_a_directory_says_how_to_fix(monkeypatch):
 def test_offline_hub_is_a_clear_error(tmp_path):
     code = (
         "from tests.test_data import ptb_cfg\n"
-        "from data.corpus import load_corpus\n"
-        "from reproduce.errors import DataError\n"
+        "from repdegen.data.corpus import load_corpus\n"
+        "from repdegen.reproduce.errors import DataError\n"
         "try:\n    load_corpus(ptb_cfg(source='hub'))\n"
         "except DataError as e:\n    print('DATAERROR', e)\n"
     )
@@ -213,7 +213,7 @@ def test_slice_vocabulary_errors_name_the_value(tmp_path):
     root = write_split(tmp_path, "a b\n", "a\n", "b\n")
     with pytest.raises(DataError, match=r"train_start=9 is beyond the 3 training tokens"):
         load_corpus(ptb_cfg(data_dir=str(root), train_start=9, vocab_from="slice"))
-    from reproduce.errors import ConfigError
+    from repdegen.reproduce.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"vocab_from='window' is not one of split, slice"):
         load_corpus(ptb_cfg(data_dir=str(root), vocab_from="window"))

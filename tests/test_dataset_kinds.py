@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
-
-from core.errors import ConfigError
-from data import kinds
-from data.corpus import load_corpus
-from data.translation import load_parallel_corpus
-from reproduce.engine.tasks import TASKS, LMTask, TranslationTask, check_world_size, make_task
-from reproduce.train import load_any_corpus
+from repdegen.core.errors import ConfigError
+from repdegen.data import kinds
+from repdegen.data.corpus import load_corpus
+from repdegen.data.translation import load_parallel_corpus
+from repdegen.reproduce.engine.tasks import TASKS, LMTask, TranslationTask, check_world_size, make_task
+from repdegen.reproduce.train import load_any_corpus
 
 
 def test_the_registered_kinds():

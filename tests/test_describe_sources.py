@@ -1,4 +1,4 @@
-"""`reproduce.describe table=... row=...` and `sources=true`: a cell's config with where each value comes from
+"""`repdegen.reproduce.describe table=... row=...` and `sources=true`: a cell's config with where each value comes from
 (reproduce/settings/sources.py), checked against the YAML files themselves and against the table's own cell hashes."""
 
 import subprocess
@@ -9,10 +9,9 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from reproduce.runs.tables import expand_cells
-from reproduce.settings.config import CONF_DIR, config_hash
-from reproduce.settings.sources import compose_with_sources, flatten
+from repdegen.reproduce.runs.tables import expand_cells
+from repdegen.reproduce.settings.config import CONF_DIR, config_hash
+from repdegen.reproduce.settings.sources import compose_with_sources, flatten
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,7 +76,7 @@ def test_scale_budget_and_width_are_attributed_to_the_scale_file():
 
 
 def test_a_table_cell_described_is_the_cell_the_table_runs():
-    from reproduce.describe import table_cell
+    from repdegen.reproduce.describe import table_cell
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose("table_app", overrides=["table=yu2022_t4", "scale=lite"])
@@ -90,13 +89,13 @@ def test_a_table_cell_described_is_the_cell_the_table_runs():
 
 
 def test_describe_cli_annotates_and_names_the_rows_on_a_bad_label():
-    ok = subprocess.run([sys.executable, "-m", "reproduce.describe", "table=yu2022_t7", "row=AGG", "scale=lite"],
+    ok = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "table=yu2022_t7", "row=AGG", "scale=lite"],
                         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert ("objective.alpha: 0.08  # conf/experiment/yu2022/transformer_base_wmt14.yaml objectives.agg: "
             "objective.alpha=0.08") in ok.stdout
     assert "# config hash " in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "reproduce.describe", "table=yu2022_t7", "row=agg", "scale=lite"],
+    bad = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "table=yu2022_t7", "row=agg", "scale=lite"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "row='agg' is not a row of yu2022_t7" in bad.stderr and "'Base / AGG'" in bad.stderr
     assert "Traceback" not in bad.stderr
@@ -107,7 +106,7 @@ def test_describe_json_is_alone_on_stdout_when_a_preset_section_applies():
     says so goes to stderr, and stdout parses as the JSON (for ``| python -c 'json.load(sys.stdin)'`` and jq)."""
     import json
 
-    out = subprocess.run([sys.executable, "-m", "reproduce.describe", "experiment=inan2016/h200", "scale=paper",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "experiment=inan2016/h200", "scale=paper",
                           "objective=al", "model.dropout=0.3"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "from its sections" in out.stderr
@@ -118,8 +117,8 @@ def test_describe_json_is_alone_on_stdout_when_a_preset_section_applies():
 def test_a_label_in_several_groups_is_refused_and_its_group_form_picks_one():
     """``row=VD-LSTM`` names a row in each size group of Inan 2017 Table 1: an error listing the group-qualified
     names, not the first group's row; ``'<group> / <label>'`` picks that group's cell."""
-    from reproduce.describe import table_cell
-    from reproduce.errors import ConfigError
+    from repdegen.reproduce.describe import table_cell
+    from repdegen.reproduce.errors import ConfigError
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         with pytest.raises(ConfigError) as err:

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from reproduce.engine import distributed as dist
-from reproduce.errors import ConfigError
-from reproduce.settings.config import finalize
-from reproduce.train import train
+from repdegen.reproduce.engine import distributed as dist
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = 1e-5  # relative, on NLLs, I(W) and weights (the measured differences are ~1e-7)
@@ -49,7 +48,7 @@ def torchrun(overrides, data_dir: Path, out: Path, nproc: int = 2) -> subprocess
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"):
         env.pop(key, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "reproduce.train", *overrides, f"dataset.data_dir={data_dir}", f"paths.output_dir={out}",
+           "-m", "repdegen.reproduce.train", *overrides, f"dataset.data_dir={data_dir}", f"paths.output_dir={out}",
            f"hydra.run.dir={out}/hydra"]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
@@ -120,9 +119,9 @@ def test_lstm_agg_torchrun_equals_one_process(compose_cfg, tiny_data, tmp_path):
     for key in ("counts", "total", "slot_step"):
         assert torch.equal(ca[key], cb[key]), key
     # by hand: the memory spans one epoch (K = its 3 updates), so it holds the counts of every target of the stream
-    from data.batching import batchify
-    from models import build_model
-    from reproduce.train import load_any_corpus
+    from repdegen.data.batching import batchify
+    from repdegen.models import build_model
+    from repdegen.reproduce.train import load_any_corpus
 
     cfg = finalize(compose_cfg(*LSTM_AGG))
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
@@ -185,11 +184,11 @@ def test_translation_agg_torchrun_equals_one_process(compose_cfg, mt_data, tmp_p
 
 def test_the_long_pair_is_alone_in_its_bucket(compose_cfg, mt_data, tmp_path):
     """The premise of the test above: a bucket with one sentence, so one of two ranks has none."""
-    from reproduce.train import load_any_corpus
+    from repdegen.reproduce.train import load_any_corpus
 
     cfg = finalize(compose_cfg(*MT_AGG, data_dir=mt_data, output_dir=tmp_path))
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
-    from data.translation import token_batches
+    from repdegen.data.translation import token_batches
 
     lens = [len(s) for s in corpus.train.src], [len(s) for s in corpus.train.tgt]
     assert min(len(b) for b in token_batches(*lens, cfg.trainer.max_tokens, shuffle=False)) == 1
@@ -237,7 +236,7 @@ def test_requeue_only_under_slurm(tmp_path, monkeypatch):
 
 
 def test_lm_batch_must_divide_by_the_world_size(compose_cfg):
-    from reproduce.engine.tasks import check_world_size
+    from repdegen.reproduce.engine.tasks import check_world_size
 
     cfg = finalize(compose_cfg("experiment=inan2017/small"))
     check_world_size(cfg, 4)  # 20 columns: 5 per rank

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from reproduce.errors import ConfigError
-from reproduce.settings.domains import DOMAINS, check_domains, domain_of, numeric_leaves, parse_domain
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.domains import DOMAINS, check_domains, domain_of, numeric_leaves, parse_domain
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = sorted((ROOT / "tests" / "golden" / "configs").glob("*.yaml"))
@@ -116,7 +115,7 @@ def test_domains_parse():
                                           ("optim.lr=0", "optim.lr"), ("trainer.batch_size=2.5", "trainer.batch_size")])
 def test_the_command_line_refuses_a_bad_value_in_one_line_and_writes_nothing(tmp_path, tiny_data, override, key):
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "reproduce.train", "experiment=inan2017/small", "scale=smoke",
+    r = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", "experiment=inan2017/small", "scale=smoke",
                         f"dataset.data_dir={tiny_data}", f"paths.output_dir={out}", override],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2, r.stderr[-2000:]
@@ -138,10 +137,9 @@ def test_every_numeric_field_of_real_cells_is_refused_by_the_train_entry(tmp_pat
     set to each value outside its domain (negative, zero where excluded, NaN, inf, a string, a fraction for an
     integer): the train entry exits 2 with one `repdegen: error:` line naming the key, and writes nothing."""
     from omegaconf import OmegaConf
-
-    from reproduce.errors import EXIT_USER_ERROR, exit_on_user_error
-    from reproduce.settings.resolve import compose
-    from reproduce.train import train
+    from repdegen.reproduce.errors import EXIT_USER_ERROR, exit_on_user_error
+    from repdegen.reproduce.settings.resolve import compose
+    from repdegen.reproduce.train import train
 
     out = tmp_path / "out"
     fields = values = 0

@@ -106,9 +106,9 @@ def test_cli_writes_json(tmp_path, monkeypatch):
 
 
 def test_training_counts_are_the_slice_the_run_trained_on(compose_cfg, tiny_data, monkeypatch):
-    from reproduce.runs.execute import load_any_corpus
-    from reproduce.settings.config import finalize
-    from reproduce.train import train
+    from repdegen.reproduce.runs.execute import load_any_corpus
+    from repdegen.reproduce.settings.config import finalize
+    from repdegen.reproduce.train import train
 
     cfg = finalize(compose_cfg("experiment=inan2017/small", "scale=smoke", "objective=mle"))
     record = train(cfg)

@@ -1,6 +1,7 @@
 """Every entry point's ``--help`` says what it does, gives examples and where to look next (the Hydra apps' pages are
-``conf/hydra/help/<name>.yaml``, without the ConfigStore's schemas); ``reproduce.train ... --cfg job`` prints the config
-the run trains, the one :func:`reproduce.settings.resolve.resolve` gives (as ``reproduce.describe``), not Hydra's
+``conf/hydra/help/<name>.yaml``, without the ConfigStore's schemas); ``repdegen.reproduce.train ... --cfg job`` prints the config
+the run trains, the one :func:`repdegen.reproduce.settings.resolve.resolve` gives (as ``repdegen.reproduce.describe``), not
+Hydra's
 composition before it."""
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def example_lines(text: str) -> list[str]:
         if not line.strip():
             break
         section.append(line)
-    return [line for line in section if re.match(r"\s*(python -m reproduce\.\w+|make [\w-]+|torchrun)(\s|$)", line)]
+    command = r"\s*(repdegen \w+|python -m repdegen\.reproduce\.\w+|make [\w-]+|torchrun)(\s|$)"
+    return [line for line in section if re.match(command, line)]
 
 
 @pytest.mark.e2e
@@ -75,7 +77,7 @@ def test_help(outputs, name):
     assert description in " ".join(text.split())  # however it is wrapped
     examples = example_lines(text)
     assert len(examples) >= 3, examples
-    assert any(f"python -m reproduce.{name} " in line for line in examples), examples
+    assert any(f"repdegen {name} " in line for line in examples), examples
     assert "docs/" in text  # where to look next
     if hydra_app:
         assert not re.search(r"\b(schema|base)_", text)  # the ConfigStore's schemas (transformer_base_... is an option)
@@ -83,8 +85,8 @@ def test_help(outputs, name):
     if name in ("train", "describe", "table"):
         assert re.search(r"^\s+scale:\s+lite, paper, smoke$", text, re.M), text  # the config groups, from conf/
     if name in ("train", "describe"):
-        assert "inan2017/small" in text and "python -m reproduce.describe" in text
-        assert not re.search(r"^\s+table:", text, re.M)  # a group of reproduce.table only
+        assert "inan2017/small" in text and "repdegen describe" in text
+        assert not re.search(r"^\s+table:", text, re.M)  # a group of repdegen.reproduce.table only
 
 
 @pytest.mark.e2e
@@ -98,13 +100,13 @@ def test_table_help_is_short(outputs):
 def test_cfg_job_prints_the_resolved_config(outputs):
     """Not Hydra's composition (max_epochs 100, train_tokens null, tie_weights false for this command), but what
     the run trains: the RunSpec computed here, in this process."""
-    from reproduce.settings.config import config_hash
-    from reproduce.settings.resolve import resolve
+    from repdegen.reproduce.settings.config import config_hash
+    from repdegen.reproduce.settings.resolve import resolve
 
     proc = outputs[CFG_JOB]
     spec = resolve(TRAIN_ARGS)
     if proc.returncode != 0:  # the other answer the issue allows: a refusal that names describe
-        assert "reproduce.describe" in proc.stderr
+        assert "repdegen.reproduce.describe" in proc.stderr
         return
     printed = OmegaConf.create(proc.stdout)
     assert printed.trainer.max_epochs == spec.cfg.trainer.max_epochs
@@ -112,19 +114,19 @@ def test_cfg_job_prints_the_resolved_config(outputs):
     assert printed.model.tie_weights == spec.cfg.model.tie_weights
     assert OmegaConf.to_container(printed) == OmegaConf.to_container(spec.cfg)
     assert config_hash(printed) == spec.config_hash
-    assert spec.config_hash in proc.stderr and "reproduce.describe" in proc.stderr
+    assert spec.config_hash in proc.stderr and "repdegen.reproduce.describe" in proc.stderr
 
 
 def test_cfg_job_of_a_sweep_is_refused(capsys):
     """With -m every job has its own config: one line naming describe, exit status 2, nothing on stdout (refused
     before anything is composed, so it runs here)."""
-    from reproduce.cli import show_resolved_cfg
+    from repdegen.reproduce.cli import show_resolved_cfg
 
     with pytest.raises(SystemExit) as exit_info:
         show_resolved_cfg(["prog", "-m", "+sweep=agg_alpha", "scale=smoke", "--cfg", "job"])
     assert exit_info.value.code == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith("repdegen: error:") and "reproduce.describe" in err
+    assert out == "" and err.startswith("repdegen: error:") and "repdegen.reproduce.describe" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -138,14 +140,14 @@ def test_cfg_job_of_a_sweep_is_refused(capsys):
     (["a=1"], None),
 ])
 def test_cfg_request(argv, cfg):
-    from reproduce.cli import cfg_request
+    from repdegen.reproduce.cli import cfg_request
 
     args = cfg_request(["prog", *argv])
     assert (args.cfg if args is not None else None) == cfg
 
 
 def test_config_groups_help():
-    from reproduce.cli import config_groups_help
+    from repdegen.reproduce.cli import config_groups_help
 
     text = config_groups_help("-table")
     groups = dict(re.findall(r"^  (\w+):\s+(.*)$", text, re.M))

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from reproduce.settings.config import finalize
-from reproduce.train import train
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -30,7 +29,7 @@ def test_recorded_ppl_and_state_trace(compose_cfg, tiny_data, monkeypatch):
     assert out["recorded"] == {"valid_ppl": final["valid_ppl"], "test_ppl": final["test_ppl"]}
 
     # the state trace against a hand loop over the same segments (the model's own forward, state carried)
-    from reproduce.runs.trained import load_lm
+    from repdegen.reproduce.runs.trained import load_lm
 
     lm = load_lm(run / "best.pt", torch.device("cpu"))
     ids = lm.corpus.split("test")

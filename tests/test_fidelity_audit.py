@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-
-from reproduce.runs.tables import compose_cell, expand_cells
-from reproduce.settings.config import CONF_DIR, config_hash, finalize, hashed_view
+from repdegen.reproduce.runs.tables import compose_cell, expand_cells
+from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize, hashed_view
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -106,7 +105,7 @@ def test_yu_t7_small_cells_use_the_multi30k_bpe_of_gao_t2(scale, tmp_path):
 
 @pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs ../shared/papers (Yu et al.'s text)")
 def test_yu_t7_paper_cells_keep_the_table_12_dictionary(tmp_path):
-    from data.bpe import N_SPECIALS
+    from repdegen.data.bpe import N_SPECIALS
 
     vocab = table12()["mt_vocab"]
     assert len(vocab) == 2  # base and big
@@ -116,10 +115,10 @@ def test_yu_t7_paper_cells_keep_the_table_12_dictionary(tmp_path):
 
 
 def test_describe_counts_the_multi30k_dictionary_at_lite(tmp_path):
-    """What `python -m reproduce.describe experiment=yu2022/transformer_base_wmt14 scale=lite dataset=multi30k_en_de`
+    """What `repdegen describe experiment=yu2022/transformer_base_wmt14 scale=lite dataset=multi30k_en_de`
     reports (no local corpus: BPE size + specials)."""
-    from data.bpe import N_SPECIALS
-    from reproduce.describe import describe
+    from repdegen.data.bpe import N_SPECIALS
+    from repdegen.reproduce.describe import describe
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose_cell("yu2022/transformer_base_wmt14", ["scale=lite", "objective=mle", "dataset=multi30k_en_de",

@@ -1,4 +1,4 @@
-"""One loader per kind of file the project reads (``core.loaders``): a bad file (truncated, of the wrong
+"""One loader per kind of file the project reads (``repdegen.core.loaders``): a bad file (truncated, of the wrong
 top-level type, a required key missing or of the wrong type) is a CorruptFile naming the file and the key; a good
 one reads as a plain json / yaml / OmegaConf / torch read reads it."""
 
@@ -12,17 +12,17 @@ import torch
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from repdegen.core import loaders as files
+from repdegen.core.errors import CorruptFile
+from repdegen.reproduce.runs.ledger import CorruptRecord, Ledger, read_record
+from repdegen.reproduce.settings.config import CONF_DIR
 
-from core import loaders as files
-from core.errors import CorruptFile
-from reproduce.runs.ledger import CorruptRecord, Ledger, read_record
-from reproduce.settings.config import CONF_DIR
 from tests.test_bad_inputs import call_entry, one_error_line, trained  # noqa: F401 (trained: a fixture)
 
 GOOD_RECORD = {"config_hash": "abc", "status": "complete", "label": "x", "config": {"trainer": {"max_epochs": 1}},
                "history": [{"epoch": 1, "valid_ppl": 9.5}], "metrics": {"final": {"test_ppl": 9.0}},
                "started": "2024-01-01T00:00:00"}
-GOOD_CELLS = {"table": "t", "scale": "lite", "command": "python -m reproduce.table table=t", "meta": {"source": "s"},
+GOOD_CELLS = {"table": "t", "scale": "lite", "command": "repdegen table table=t", "meta": {"source": "s"},
               "cells": [{"label": "A", "status": "complete", "config_hash": "h", "run_dir": "/r/h", "seed": 1}],
               "figures": {}}
 GOOD_CLAIMS = {"table": "t", "title": "T", "scale": "lite", "seeds": [1],
@@ -173,10 +173,10 @@ def test_tensor_files(tmp_path):
 # ---- through the entry points ---------------------------------------------------------------------------
 @pytest.mark.parametrize("entry", ["analyze", "translate"])
 def test_a_record_without_its_config_is_one_error_line(entry, tmp_path, capsys):
-    """The issue's example: reproduce.analyze checkpoint=<run dir> on a record that lacks its config (a KeyError
-    before); reproduce.translate the same."""
-    import reproduce.analyze as analyze_mod
-    import reproduce.translate as translate_mod
+    """The issue's example: repdegen.reproduce.analyze checkpoint=<run dir> on a record that lacks its config (a KeyError
+    before); repdegen.reproduce.translate the same."""
+    import repdegen.reproduce.analyze as analyze_mod
+    import repdegen.reproduce.translate as translate_mod
 
     run_dir = tmp_path / "runs" / "abc"
     run_dir.mkdir(parents=True)
@@ -193,8 +193,8 @@ def test_a_record_without_its_config_is_one_error_line(entry, tmp_path, capsys):
 
 # ---- every file the suite's own runs write passes its loader ---------------------------------------------
 def test_the_files_a_real_run_writes_pass_their_loaders(trained, tmp_path):  # noqa: F811
-    from reproduce.errors import write_failure_note
-    from reproduce.settings.resolve import as_spec, read_cell, write_cell
+    from repdegen.reproduce.errors import write_failure_note
+    from repdegen.reproduce.settings.resolve import as_spec, read_cell, write_cell
 
     out, cfg, run_dir = trained
     for path in sorted(out.rglob("result*.json")):

@@ -1,4 +1,4 @@
-"""The import structure (issue 14, "floors"): `core` imports nothing of ours; `models`, `losses`, `data` and
+"""The import structure ("floors"): `core` imports nothing of ours; `models`, `losses`, `data` and
 `analysis` never import `reproduce`; no two modules import each other, directly or through others. Read from
 the source with `ast` (every import, including the ones inside functions), not by importing."""
 
@@ -15,16 +15,18 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def import_graph(root: Path = REPO) -> dict[str, set[str]]:
-    """module -> the modules of ours it imports (``from pkg import mod`` counts as ``pkg.mod`` when that is a module)."""
+    """module -> the modules of ours it imports (``from pkg import mod`` counts as ``pkg.mod`` when that is a module),
+    named without the ``repdegen.`` namespace they install under (``repdegen.core.errors`` is ``core.errors``)."""
     modules = {module_name(p, root): p for pkg in PACKAGES for p in (root / pkg).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         deps = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
+                targets = [a.name.removeprefix("repdegen.") for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                mod = node.module.removeprefix("repdegen.") if node.module != "repdegen" else ""
+                targets = [f"{mod}.{a.name}".lstrip(".") if f"{mod}.{a.name}".lstrip(".") in modules else mod
                            for a in node.names]
             else:
                 continue
@@ -70,12 +72,12 @@ def test_no_import_cycles():
 
 def test_the_graph_reader_sees_a_cycle_and_a_wrong_floor(tmp_path):
     # the checks above would pass on an empty graph: show on a made-up tree that the reader finds imports
-    for pkg, body in {"core": "from reproduce import x\n", "models": "from models.b import f\n",
+    for pkg, body in {"core": "from repdegen.reproduce import x\n", "models": "from repdegen.models.b import f\n",
                       "reproduce": "", "losses": "", "data": "", "analysis": ""}.items():
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text(body)
     (tmp_path / "reproduce" / "x.py").write_text("")
-    (tmp_path / "models" / "a.py").write_text("def g():\n    from models.b import f\n")
-    (tmp_path / "models" / "b.py").write_text("from models import a\n")
+    (tmp_path / "models" / "a.py").write_text("def g():\n    from repdegen.models.b import f\n")
+    (tmp_path / "models" / "b.py").write_text("from repdegen.models import a\n")
     graph = import_graph(tmp_path)
     assert graph["core"] == {"reproduce.x"} and graph["models.a"] == {"models.b"} and graph["models.b"] == {"models.a"}

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from losses import TokenLayout, build_objective
-from losses.freeze import FreezeConfig
-from losses.ul import unlikelihood_token_sum
-from losses.ul_agg import ULAGGConfig
-from models import build_model
-from models.lstm_lm import LSTMLMConfig
-from reproduce.settings.config import finalize
-from reproduce.train import train
+from repdegen.losses import TokenLayout, build_objective
+from repdegen.losses.freeze import FreezeConfig
+from repdegen.losses.ul import unlikelihood_token_sum
+from repdegen.losses.ul_agg import ULAGGConfig
+from repdegen.models import build_model
+from repdegen.models.lstm_lm import LSTMLMConfig
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import train
 
 V, D = 20, 8
 
@@ -93,7 +92,7 @@ def test_ul_agg_is_agg_plus_unlikelihood():
     model = tiny_model()
     cfg = ULAGGConfig(alpha=0.5, alpha_ul=0.7, memory_updates=2)
     ulagg = build_objective(cfg, V).double()
-    from losses.agg import AGGConfig
+    from repdegen.losses.agg import AGGConfig
 
     agg = build_objective(AGGConfig(alpha=0.5, memory_updates=2), V).double()
     for o in (ulagg, agg):

@@ -9,12 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
-
-from losses import TokenLayout, build_objective
-from losses.agg import agg_gates
-from losses.fused import fused_softmax_loss
-from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
-from reproduce.errors import ConfigError
+from repdegen.losses import TokenLayout, build_objective
+from repdegen.losses.agg import agg_gates
+from repdegen.losses.fused import fused_softmax_loss
+from repdegen.losses.ul import unlikelihood_candidates, unlikelihood_token_sum
+from repdegen.reproduce.errors import ConfigError
 
 V, D, T, B = 9, 5, 6, 4
 N = T * B
@@ -157,7 +156,7 @@ def test_ul_agg_gated_equals_gated_ul_construction(peaked, eps, seed):
 
 
 def test_ul_agg_gated_needs_the_fused_implementation():
-    from losses.ul_agg import ULAGGGated, ULAGGGatedConfig
+    from repdegen.losses.ul_agg import ULAGGGated, ULAGGGatedConfig
 
     with pytest.raises(ConfigError, match="ul_agg_gated has only the fused"):
         ULAGGGated.validate_config(ULAGGGatedConfig(implementation="literal"))
@@ -199,7 +198,7 @@ def test_layout_length_known_on_the_host():
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 @pytest.mark.parametrize("bias", [False, True])
 def test_chunked_mle_equals_autograd_cross_entropy(chunk, eps, bias):
-    from losses.fused import chunked_softmax_loss
+    from repdegen.losses.fused import chunked_softmax_loss
 
     h, W, b, y, _, _, _ = case(4, bias)
 
@@ -246,7 +245,7 @@ def test_chunked_objectives_in_training_only_and_the_reported_nll():
 
 
 def test_chunked_bf16_autocast_is_close_to_float32():
-    from losses.fused import chunked_softmax_loss
+    from repdegen.losses.fused import chunked_softmax_loss
 
     h, W, b, y, _, _, _ = case(6, dtype=torch.float32)
 
@@ -264,7 +263,7 @@ def test_chunked_bf16_autocast_is_close_to_float32():
 @pytest.mark.parametrize("name,extra", [("al", {"target_grad": "full"}), ("real", {"target_grad": "full"}), ("ul", {}),
                                         ("ul_agg", {}), ("cosreg", {}), ("agg", {"implementation": "literal"})])
 def test_chunk_rows_is_refused_where_the_kernel_does_not_apply(name, extra):
-    from losses import validate_objective
+    from repdegen.losses import validate_objective
 
     cfg = OmegaConf.merge(OmegaConf.structured(_config_cls(name)), {"name": name, "chunk_rows": 8, **extra})
     able = "agg, al, mle, re, real"
@@ -276,13 +275,13 @@ def test_chunk_rows_is_refused_where_the_kernel_does_not_apply(name, extra):
 def _config_cls(name):
     from types import SimpleNamespace
 
-    from losses import OBJECTIVES
+    from repdegen.losses import OBJECTIVES
 
     return OBJECTIVES.entry(SimpleNamespace(name=name))[1]
 
 
 def test_chunked_with_no_rows_is_a_zero_loss_without_gradient():
-    from losses.fused import chunked_softmax_loss
+    from repdegen.losses.fused import chunked_softmax_loss
 
     W = torch.randn(V, D, dtype=torch.float64, requires_grad=True)
     loss, nll = chunked_softmax_loss(torch.zeros(0, D, dtype=torch.float64), W, None, torch.zeros(0, dtype=torch.long),

@@ -10,11 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
-from models import build_model
-from models.base import ModelOutput
-from models.generation import (
+from repdegen.models import build_model
+from repdegen.models.base import ModelOutput
+from repdegen.models.generation import (
     Hypothesis,
     beam_search,
     greedy_search,
@@ -23,9 +21,10 @@ from models.generation import (
     output_max_lens,
     translate,
 )
-from models.lstm_lm import LSTMLMConfig
-from reproduce.errors import ConfigError
-from reproduce.settings.config import GenerationConfig
+from repdegen.models.lstm_lm import LSTMLMConfig
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.config import GenerationConfig
+from torch import nn
 
 PAD, EOS = 0, 1
 
@@ -377,7 +376,7 @@ def test_translate_caps_the_output_at_max_positions():
 
 
 def test_translate_with_the_transformer():
-    transformer = pytest.importorskip("models.transformer")
+    transformer = pytest.importorskip("repdegen.models.transformer")
     cfg = transformer.TransformerSeq2SeqConfig(d_model=16, encoder_layers=2, decoder_layers=2, n_heads=2, d_ffn=32,
                                                dropout=0.2, max_positions=32, positions="learned")
     torch.manual_seed(1)
@@ -443,7 +442,7 @@ def test_lm_continue_equals_recomputing_the_whole_sequence():
     stateless = lm_continue(StatelessLM(lm), prefix, steps=8, forbid=[0])
     assert torch.equal(stateless.tokens, got.tokens)
     assert lm_continue(lm, prefix, steps=0).tokens.shape == (0, 3)
-    transformer = pytest.importorskip("models.transformer")
+    transformer = pytest.importorskip("repdegen.models.transformer")
     tlm = build_model(transformer.TransformerLMConfig(d_model=16, n_layers=1, n_heads=2, d_ffn=32, max_positions=6,
                                                       positions="learned"), vocab_size=15).eval()
     got = lm_continue(tlm, prefix, steps=5)  # 4 + 5 tokens: the last calls see only the last 6
@@ -460,8 +459,8 @@ def test_lm_continue_equals_recomputing_the_whole_sequence():
 def test_a_transformer_lm_continues_with_its_cache_as_if_it_reran_the_sequence(monkeypatch):
     """The incremental path (key/value cache, one position a step) gives the greedy continuation of rerunning the
     whole sequence each step: the same tokens, the same log-probabilities."""
-    import models.generation as generation
-    from models.transformer import TransformerLMConfig
+    import repdegen.models.generation as generation
+    from repdegen.models.transformer import TransformerLMConfig
 
     torch.manual_seed(3)
     tlm = build_model(TransformerLMConfig(d_model=16, n_layers=2, n_heads=2, d_ffn=32, max_positions=64,

@@ -9,11 +9,10 @@ import math
 
 import pytest
 import torch
-
-from analysis import geometry
-from analysis.record_metrics import valid_ppl_curve_mean
-from reproduce.results.render import RenderedRow
-from reproduce.runs.tables import add_gains
+from repdegen.analysis import geometry
+from repdegen.analysis.record_metrics import valid_ppl_curve_mean
+from repdegen.reproduce.results.render import RenderedRow
+from repdegen.reproduce.runs.tables import add_gains
 
 
 def cos(a, b) -> float:
@@ -117,7 +116,7 @@ def test_gains_per_seed_against_the_row_baseline_and_on_the_paper_numbers():
 
 
 def test_degeneration_onsets_by_hand():
-    from analysis.record_metrics import degeneration_onset, onset_metrics
+    from repdegen.analysis.record_metrics import degeneration_onset, onset_metrics
 
     # I(0) = 1: the bound is 0.9; a one-point dip (u=4) does not count; u=12 and u=16 both <= 0.9: the onset is 12
     assert degeneration_onset([[0, 1.0], [4, 0.85], [8, 0.95], [12, 0.9], [16, 0.8]], 4) == 12

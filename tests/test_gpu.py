@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from models import build_model
-from models.awd_lstm import AWDLSTMConfig
-from models.lstm_lm import LSTMLMConfig
+from repdegen.models import build_model
+from repdegen.models.awd_lstm import AWDLSTMConfig
+from repdegen.models.lstm_lm import LSTMLMConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -33,7 +32,7 @@ def test_awd_weight_drop_trains_on_gpu():
 
 
 def _tiny_transformers():
-    from models.transformer import TransformerLMConfig, TransformerSeq2SeqConfig
+    from repdegen.models.transformer import TransformerLMConfig, TransformerSeq2SeqConfig
 
     lm = TransformerLMConfig(name="lm", d_model=64, n_layers=2, n_heads=4, d_ffn=128, dropout=0.0)
     s2s = TransformerSeq2SeqConfig(name="s2s", d_model=64, encoder_layers=2, decoder_layers=2, n_heads=4, d_ffn=128,
@@ -81,7 +80,7 @@ def test_bench_runs_on_gpu(tmp_path):
 def test_vd_lstm_trains_on_gpu_with_the_cpu_gradients(mask_scale):
     """The VD-LSTM's fused layer (torch.lstm) backward on cuDNN: a train-mode step gives the gradients of
     the same step on the CPU (same masks: the model's own dropout off, one shared recurrent mask)."""
-    from models.lstm_lm import lstm_layer
+    from repdegen.models.lstm_lm import lstm_layer
 
     torch.manual_seed(0)
     T, B, I, H = 7, 3, 5, 6
@@ -112,7 +111,7 @@ def test_vd_lstm_model_backward_on_gpu():
 def test_chunked_softmax_loss_on_gpu_equals_the_fused_one(gated):
     """objective.chunk_rows on CUDA: the chunked kernel's loss and gradients against the fused kernel's, in fp32 (to
     summation order) and under bf16 autocast (to bf16's precision), MLE and AGG-gated."""
-    from losses.fused import chunked_softmax_loss, fused_softmax_loss
+    from repdegen.losses.fused import chunked_softmax_loss, fused_softmax_loss
 
     g = torch.Generator().manual_seed(0)
     n, d, v = 300, 32, 1000
@@ -146,10 +145,10 @@ def test_reduce_overhead_compile_gives_the_eager_losses_on_gpu(compose_cfg, tmp_
     compiled RNG is another stream)."""
     from pathlib import Path
 
-    from data.corpus import load_corpus
-    from losses import build_objective
-    from reproduce.engine.trainer import Trainer
-    from reproduce.settings.config import finalize
+    from repdegen.data.corpus import load_corpus
+    from repdegen.losses import build_objective
+    from repdegen.reproduce.engine.trainer import Trainer
+    from repdegen.reproduce.settings.config import finalize
 
     device = torch.device("cuda")
     out, weights = {}, {}

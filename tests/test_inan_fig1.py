@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from losses import build_objective
-from losses.al import ALConfig, augmented_loss
-from models import build_model
-from models.lstm_lm import LSTMLMConfig
-from reproduce.settings.config import finalize
-from reproduce.train import train
+from repdegen.losses import build_objective
+from repdegen.losses.al import ALConfig, augmented_loss
+from repdegen.models import build_model
+from repdegen.models.lstm_lm import LSTMLMConfig
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import train
 
 
 def test_eq_6_1_and_unit_norm_rows():

@@ -12,10 +12,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import repdegen.analysis.embedding_figures as ef
 import torch
-
-import analysis.embedding_figures as ef
-from reproduce.runs.archive import (
+from repdegen.reproduce.runs.archive import (
     PROJECTION_FILE,
     archive_records,
     keep_figure_aside,
@@ -23,7 +22,7 @@ from reproduce.runs.archive import (
     restore_records,
     svd_caption,
 )
-from reproduce.runs.tables import render_embedding_figures
+from repdegen.reproduce.runs.tables import render_embedding_figures
 
 
 def brute_projection(w: torch.Tensor) -> np.ndarray:

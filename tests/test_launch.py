@@ -1,4 +1,4 @@
-"""The scheduler (reproduce.runs.launch) and the ledger under concurrency: cells run in their own
+"""The scheduler (repdegen.reproduce.runs.launch) and the ledger under concurrency: cells run in their own
 processes, a failing cell does not stop the others, an interrupted table continues with only its
 missing cells, several tables share their cells, and concurrent writers never lose or corrupt an entry."""
 
@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
-from reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
-from reproduce.runs.ledger import Ledger, RunLocked
-from reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
-from reproduce.settings.config import CONF_DIR, compose_config
+from repdegen.reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
+from repdegen.reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
+from repdegen.reproduce.runs.ledger import Ledger, RunLocked
+from repdegen.reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,9 +60,9 @@ def test_local_backend_isolates_a_failing_cell(tiny_data, tmp_path, capsys):
 
 
 def test_interrupted_table_resumes_only_the_missing_cells(tiny_data, tmp_path):
-    """Ctrl-C on `reproduce.table` stops the running cell; the same command again runs only the
+    """Ctrl-C on `repdegen.reproduce.table` stops the running cell; the same command again runs only the
     cells that had not completed, and the table completes."""
-    cmd = [sys.executable, "-m", "reproduce.table", "table=inan2016_t1", "scale=smoke", "scale.max_epochs=3",
+    cmd = [sys.executable, "-m", "repdegen.reproduce.table", "table=inan2016_t1", "scale=smoke", "scale.max_epochs=3",
            f"paths.output_dir={tmp_path}/out", f"paths.tables_dir={tmp_path}/tables", f"hydra.run.dir={tmp_path}/h",
            f"dataset.data_dir={tiny_data}", "trainer.progress=false", "progress=false", "launch.grace_seconds=30"]
     runs = tmp_path / "out" / "runs"
@@ -108,7 +107,8 @@ def test_tables_share_their_cells_and_lists_parse(tiny_data, tmp_path, capsys):
 
 
 def test_table_cli_exit_status_for_an_unknown_table(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=inan2017_t1,nope", f"hydra.run.dir={tmp_path}/h"],
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.table", "table=inan2017_t1,nope",
+                          f"hydra.run.dir={tmp_path}/h"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "nope" in out.stderr and "Traceback" not in out.stderr
 
@@ -117,7 +117,7 @@ def test_gpu_scheduling_hands_out_free_gpus(monkeypatch, tmp_path):
     """With 3 (pretend) GPUs: a 2-GPU cell runs under torchrun on two, a 1-GPU cell beside it on the
     third; a cell asking for more GPUs than exist gets them all. The commands, not real GPUs, are
     checked: each fake process records what it was started with."""
-    import reproduce.runs.launch as launch
+    import repdegen.reproduce.runs.launch as launch
 
     monkeypatch.setattr(launch, "visible_gpus", lambda requested: [0, 1, 2])
     started = []
@@ -168,7 +168,7 @@ def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monk
     """launch.gpus=[0,0,1] (scripts/device_lite.sh runs several small cells on one GPU this way): three 1-GPU cells
     start at once, two on GPU 0 and one on GPU 1; a 2-GPU cell gets GPUs 0 and 1, never "0,0"; a 3-GPU cell on
     these two distinct GPUs gets both."""
-    import reproduce.runs.launch as launch
+    import repdegen.reproduce.runs.launch as launch
 
     monkeypatch.setattr(launch, "visible_gpus", lambda requested: list(requested))
     started, live = fake_popen(monkeypatch, launch, lambda cmd, env: (cmd, env.get("CUDA_VISIBLE_DEVICES")))
@@ -192,7 +192,7 @@ def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monk
 def test_parallel_cpu_cells_share_the_cores(monkeypatch, tmp_path):
     """launch.parallel=2 without GPUs: two cells start at once, each told to use half of the cores
     (OMP_NUM_THREADS), unless the user set OMP_NUM_THREADS; one cell at a time keeps torch's default."""
-    import reproduce.runs.launch as launch
+    import repdegen.reproduce.runs.launch as launch
 
     monkeypatch.setattr(launch, "visible_gpus", lambda requested: [])
     monkeypatch.setattr(launch.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
@@ -222,7 +222,7 @@ def test_submitit_backend_runs_cells_with_its_local_executor(tiny_data, tmp_path
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("inan2016_t1", tmp_path, tiny_data)
         cells = expand_cells(app)[:2]
-    from reproduce.runs.launch import jobs_for
+    from repdegen.reproduce.runs.launch import jobs_for
 
     jobs = jobs_for(cells, app.paths.runs_dir)
     sched = SubmititScheduler(jobs, LaunchConfig(poll_seconds=0.5), {"_cluster": "local", "timeout_min": 10},
@@ -236,7 +236,8 @@ def test_submitit_backend_runs_cells_with_its_local_executor(tiny_data, tmp_path
 def test_run_cell_exit_status_names_a_bad_config(tmp_path):
     cfg = tmp_path / "cell.yaml"
     cfg.write_text("model: {name: nope}\n")
-    out = subprocess.run([sys.executable, "-m", "reproduce.runs.launch", str(cfg)], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.runs.launch", str(cfg)], cwd=REPO, capture_output=True,
+                         text=True,
                          timeout=60)
     assert out.returncode in (EXIT_USER_ERROR, 1) and out.stderr
 
@@ -353,7 +354,7 @@ def test_every_table_completes_at_smoke(papers, tiny_data, tmp_path):
     write_multi30k(data, sentences(200, 0), sentences(10, 1), sentences(10, 2), to_german)
     names = [n for n in parse_table_names("all") if n.startswith(papers)]
     assert names
-    out = subprocess.run([sys.executable, "-m", "reproduce.table", f"table={','.join(names)}", "scale=smoke",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.table", f"table={','.join(names)}", "scale=smoke",
                           "progress=false", "launch.parallel=2", f"paths.output_dir={tmp_path}/out",
                           f"paths.tables_dir={tmp_path}/tables", f"hydra.run.dir={tmp_path}/h", f"dataset.data_dir={data}",
                           "dataset.bpe_vocab_size=60", "trainer.max_updates=3", "trainer.progress=false"],
@@ -372,7 +373,7 @@ def test_every_table_is_in_one_smoke_group():
 def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
     """`torchrun ... experiment=yu2022/gpt2_medium_agg` trains the run the Yu tables' AGG rows name
     (one config hash), as one 8-GPU cell at paper scale and one GPU at lite."""
-    from reproduce.settings.config import config_hash, finalize
+    from repdegen.reproduce.settings.config import config_hash, finalize
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         alias = finalize(compose_config(["experiment=yu2022/gpt2_medium_agg"]))
@@ -386,7 +387,7 @@ def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
 def test_epoch_progress_line_of_a_running_cell():
     """Hand-worked: 2 of 10 epochs done in session 1 of 2, an epoch = 100 s training + 20 s validation, so at most
     (10 - 2) + 10 epochs x 120 s = 36 min left."""
-    from reproduce.runs.launch import epoch_progress
+    from repdegen.reproduce.runs.launch import epoch_progress
 
     record = {"config": {"trainer": {"max_epochs": 10, "retrain_sessions": 1, "early_stopping": 5}},
               "history": [{"stage": "train", "epoch": e, "session": 1, "valid_ppl": p, "epoch_seconds": 100.0,
@@ -414,7 +415,7 @@ def test_epoch_progress_line_of_a_running_cell():
 def test_a_failed_cell_shows_its_own_error_line_on_the_console(tmp_path, capsys):
     """A cell that ends with a user error (e.g. a missing corpus) prints one ``repdegen: error:`` line into its log;
     the table's console line for the failure carries that line (the last one), not only the log's path."""
-    from reproduce.runs.launch import Job, Progress, last_error_line
+    from repdegen.reproduce.runs.launch import Job, Progress, last_error_line
 
     log = tmp_path / "train.log"
     log.write_text("repdegen: vd_lstm_small ...\nrepdegen: error: an earlier line\n"
@@ -430,7 +431,7 @@ def test_a_failed_cell_shows_its_own_error_line_on_the_console(tmp_path, capsys)
 def test_the_tables_eta_ignores_cells_that_ended_at_once(tmp_path):
     """Hand-worked: one cell completed in 600 s, one failed after 1 s (a bad setting), two wait, one slot: the ETA is
     2 x 600 s = 20m00s (with the failure in the mean it would be 2 x 300.5 s = 10m01s)."""
-    from reproduce.runs.launch import Job, Progress
+    from repdegen.reproduce.runs.launch import Job, Progress
 
     def job(name, status, seconds=None):
         j = Job(name, name, tmp_path / f"{name}.yaml", tmp_path / f"{name}.log", status=status)

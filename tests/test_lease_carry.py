@@ -12,8 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import lease_carry  # noqa: E402
-
-from reproduce.errors import UserError  # noqa: E402
+from repdegen.reproduce.errors import UserError  # noqa: E402
 
 
 def _cell(runs: Path, name: str, size: int) -> Path:
@@ -104,7 +103,8 @@ def test_the_command_line_says_what_is_missing(tmp_path, capsys):
 def test_a_carried_cell_resumes_to_the_uninterrupted_result(compose_cfg, tmp_path):
     """A smoke cell stopped after epoch 1 on "one machine", carried in parts to another output folder, resumed there:
     the same final numbers and per-epoch history as the cell run straight through (bit-identical on CPU)."""
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
+
     from tests.test_train import VD_SMOKE, final_numbers, history_numbers
 
     extra = ["scale.max_epochs=3", "optim.decay_after_epoch=1", "optim.lr_decay=0.5", "objective=re"]

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from reproduce.engine.loggers import WandbLogger, flatten, log_table, make_logger, table_rows
-from reproduce.results.render import RenderedRow
-from reproduce.settings.config import finalize
+from repdegen.reproduce.engine.loggers import WandbLogger, flatten, log_table, make_logger, table_rows
+from repdegen.reproduce.results.render import RenderedRow
+from repdegen.reproduce.settings.config import finalize
 
 REPO = Path(__file__).resolve().parents[1]
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke")
@@ -141,7 +140,7 @@ def test_default_group_without_experiment_and_explicit_group(compose_cfg, fake_w
 
 
 def test_training_logs_every_epoch(compose_cfg, fake_wandb):
-    from reproduce.train import train
+    from repdegen.reproduce.train import train
 
     rec = train(compose_cfg(*VD_SMOKE, "scale.max_epochs=2", "trainer.test_batch_size=10", "logger=wandb"))
     (run,) = fake_wandb.runs
@@ -153,7 +152,7 @@ def test_training_logs_every_epoch(compose_cfg, fake_wandb):
 
 
 def _png(path: Path) -> Path:
-    from analysis.embedding_figures import plot_singular_values
+    from repdegen.analysis.embedding_figures import plot_singular_values
 
     return plot_singular_values({"a": [3.0, 2.0, 1.0]}, path, "t")
 

@@ -12,8 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import loss_pull  # noqa: E402
-
-from losses.al import augmented_loss  # noqa: E402
+from repdegen.losses.al import augmented_loss  # noqa: E402
 
 
 def test_first_order_matches_a_small_step():
@@ -35,7 +34,7 @@ def test_first_order_matches_a_small_step():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_the_split_adds_up_to_the_library_augmented_loss(tied):
-    """The two parts' gradients sum to that of losses.al.augmented_loss (official target gradient, KL form) times
+    """The two parts' gradients sum to that of repdegen.losses.al.augmented_loss (official target gradient, KL form) times
     alpha, on W and on L; untied, the entropy part does not reach W."""
     g = torch.Generator().manual_seed(1)
     V, d, N, alpha, tau = 50, 8, 30, 3.0, 2.0

@@ -7,13 +7,13 @@ import math
 
 import pytest
 import torch
+from repdegen.losses import build_objective, objective_names
+from repdegen.losses.al import augmented_loss, augmented_loss_mean
+from repdegen.losses.cosreg import cosine_regularizer
+from repdegen.models import build_model
+from repdegen.models.lstm_lm import LSTMLMConfig
+from repdegen.reproduce.errors import ConfigError
 
-from losses import build_objective, objective_names
-from losses.al import augmented_loss, augmented_loss_mean
-from losses.cosreg import cosine_regularizer
-from models import build_model
-from models.lstm_lm import LSTMLMConfig
-from reproduce.errors import ConfigError
 from tests.tiny import TinyOutputModel
 
 torch.manual_seed(0)
@@ -205,7 +205,7 @@ def test_chunked_augmented_loss_equals_the_explicit_formula(chunk, form, target_
     """chunked_augmented_loss against autograd of the explicit float64 objective, w_ce * CE_eps(y*, softmax(h W^T + b))
     + w_aug * mean_t KL(y~_t || y^_t) (ce form: without y~'s negative entropy), the detaches of ``target_grad``: its
     three outputs and the gradients of h, W (untied), b and L, with targets that repeat (7 distinct of 12)."""
-    from losses.al import chunked_augmented_loss
+    from repdegen.losses.al import chunked_augmented_loss
 
     torch.manual_seed(11)
     y = torch.tensor([3, 7, 3, 3, 11, 7, 0, 5, 3, 11, 1, 2])
@@ -330,7 +330,7 @@ def test_cosreg_objective_adds_gamma_times_regularizer_gradient_once_per_update(
 
 @pytest.mark.parametrize("zero_row", [False, True])
 def test_cosreg_closed_form_gradient_matches_autograd(zero_row):
-    from losses.cosreg import cosine_regularizer_and_grad
+    from repdegen.losses.cosreg import cosine_regularizer_and_grad
 
     torch.manual_seed(3)
     W = torch.randn(13, 5, dtype=torch.float64)
@@ -358,8 +358,7 @@ def test_tying_an_incompatible_model_is_a_config_error():
 
 def test_re_and_real_refuse_untying():
     from omegaconf import OmegaConf
-
-    from losses import validate_objective
+    from repdegen.losses import validate_objective
 
     for name in ("re", "real"):
         cfg = OmegaConf.create(
@@ -376,7 +375,7 @@ def test_registry_has_the_papers_objectives():
 def test_chunked_augmented_loss_under_bf16_autocast_is_close_to_float32():
     """Under CPU bf16 autocast (a GPU run's precision=bf16) the kernel runs, returns float32 gradients for float32
     leaves, and stays within bf16 rounding of its float32 result."""
-    from losses.al import chunked_augmented_loss
+    from repdegen.losses.al import chunked_augmented_loss
 
     torch.manual_seed(2)
     y = torch.randint(0, V, (N,))
@@ -401,7 +400,7 @@ def test_chunked_augmented_loss_under_bf16_autocast_is_close_to_float32():
 @pytest.mark.parametrize("weighted", [False, True])
 def test_target_entropy_by_brute_force(chunk, weighted):
     """AL's per-epoch diagnostic against a loop over the words in float64: H(softmax(L u_w / tau)) weighted."""
-    from losses.al import target_entropy
+    from repdegen.losses.al import target_entropy
 
     g = torch.Generator().manual_seed(3)
     L = torch.randn(7, 4, generator=g, dtype=torch.float64) * 2
@@ -419,7 +418,7 @@ def test_target_entropy_by_brute_force(chunk, weighted):
 def test_target_entropy_above_its_sample_size_is_close_to_the_exact_mean():
     """Above ``samples`` words the mean is over words drawn systematically from the weights: close to the exact
     weighted mean (computed with a sample size above V), and the same on every call."""
-    from losses.al import target_entropy
+    from repdegen.losses.al import target_entropy
 
     g = torch.Generator().manual_seed(4)
     V = 6000

@@ -41,7 +41,7 @@ def test_values_go_to_the_presets_swept_key(target, preset, echo_python, tmp_pat
     out = make(*target, "SCALE=lite", "VALUES=1,2", "SEEDS=7", f"SWEEP_DIR={tmp_path}/d", python=echo_python)
     assert out.returncode == 0, out.stderr
     (line,) = [x for x in out.stdout.splitlines() if x.startswith("RUN ")]
-    assert f"-m reproduce.train -m +sweep={preset} scale=lite {key}=1,2 seed=7 hydra.sweep.dir={tmp_path}/d" in line
+    assert f"-m repdegen.reproduce.train -m +sweep={preset} scale=lite {key}=1,2 seed=7 hydra.sweep.dir={tmp_path}/d" in line
 
 
 def test_an_unknown_preset_names_the_ones_there(echo_python):

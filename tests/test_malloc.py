@@ -19,7 +19,7 @@ PROBE = textwrap.dedent("""
     import json, resource, sys
     sys.path.insert(0, %r)
     import torch
-    from core.malloc import keep_freed_memory
+    from repdegen.core.malloc import keep_freed_memory
     done = keep_freed_memory()
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -53,8 +53,8 @@ def test_reuse_removes_the_page_faults_of_a_reallocated_buffer():
 
 
 def test_bad_value_is_a_clear_error(monkeypatch):
-    from core import malloc
-    from core.errors import UserError
+    from repdegen.core import malloc
+    from repdegen.core.errors import UserError
 
     monkeypatch.setattr(malloc, "_applied", None)
     monkeypatch.setenv("REPDEGEN_MALLOC", "fast")

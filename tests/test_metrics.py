@@ -7,13 +7,12 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from analysis.cache_pointer import evaluate_cache
-from analysis.evaluate import evaluate_nll
-from analysis.metrics import isotropy, mean_cosine, singular_values
-from models import build_model
-from models.awd_lstm import AWDLSTMConfig
-from models.lstm_lm import LSTMLMConfig
+from repdegen.analysis.cache_pointer import evaluate_cache
+from repdegen.analysis.evaluate import evaluate_nll
+from repdegen.analysis.metrics import isotropy, mean_cosine, singular_values
+from repdegen.models import build_model
+from repdegen.models.awd_lstm import AWDLSTMConfig
+from repdegen.models.lstm_lm import LSTMLMConfig
 
 
 def isotropy_by_definition(W: np.ndarray) -> float:
@@ -114,6 +113,6 @@ def test_cache_pointer_matches_per_position_loop(bptt, block):
 def test_perplexity_of_a_diverged_model_is_inf_not_an_error():
     import math
 
-    from analysis.metrics import perplexity
+    from repdegen.analysis.metrics import perplexity
 
     assert perplexity(800.0) == math.inf and perplexity(math.log(42.0)) == pytest.approx(42.0)

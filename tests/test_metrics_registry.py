@@ -7,10 +7,9 @@ import math
 
 import pytest
 import yaml
-
-from reproduce.results.claims import ALWAYS_RECORDED, DEFAULT_MARGINS, LM_RECORDED, default_margin, table_metrics
-from reproduce.results.metrics import METRICS, metric
-from reproduce.settings.config import CONF_DIR
+from repdegen.reproduce.results.claims import ALWAYS_RECORDED, DEFAULT_MARGINS, LM_RECORDED, default_margin, table_metrics
+from repdegen.reproduce.results.metrics import METRICS, metric
+from repdegen.reproduce.settings.config import CONF_DIR
 
 
 @pytest.mark.parametrize(("name", "value", "text"), [

@@ -4,14 +4,13 @@ masking, a plain nn.LSTM with the dropped matrix for WeightDrop, and parameter c
 from __future__ import annotations
 
 import pytest
+import repdegen.models.awd_lstm as awd
+import repdegen.models.lstm_lm as lstm_lm
 import torch
+from repdegen.models import build_model
+from repdegen.models.awd_lstm import AWDLSTMConfig
+from repdegen.models.lstm_lm import LSTMLMConfig, lstm_layer
 from torch import nn
-
-import models.awd_lstm as awd
-import models.lstm_lm as lstm_lm
-from models import build_model
-from models.awd_lstm import AWDLSTMConfig
-from models.lstm_lm import LSTMLMConfig, lstm_layer
 
 
 def test_fused_layer_equals_masked_loop_with_unit_mask():

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from repdegen.losses import TokenLayout, build_objective, objective_names, validate_objective
+from repdegen.losses.adv_mle import adversarial_target_shift
+from repdegen.losses.sc import spectrum_penalty, spectrum_prior
+from repdegen.losses.ul import unlikelihood_candidates, unlikelihood_token_sum
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.train import train
 from torch.nn import functional as F
 
-from losses import TokenLayout, build_objective, objective_names, validate_objective
-from losses.adv_mle import adversarial_target_shift
-from losses.sc import spectrum_penalty, spectrum_prior
-from losses.ul import unlikelihood_candidates, unlikelihood_token_sum
-from reproduce.errors import ConfigError
-from reproduce.train import train
 from tests.tiny import TinyOutputModel
 
 V, D = 7, 5

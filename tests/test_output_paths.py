@@ -1,5 +1,5 @@
 """Output paths (``--out``, ``--plot``, ``--out-dir``) are checked before any work, by one rule
-(:func:`core.files.output_problem`): each bad kind is one line naming the path, what was expected and the fix,
+(:func:`repdegen.core.files.output_problem`): each bad kind is one line naming the path, what was expected and the fix,
 and nothing is created or overwritten."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from core import files
-from core.files import output_problem
+from repdegen.core import files
+from repdegen.core.files import output_problem
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +42,7 @@ def test_a_folder_nobody_can_write_in(tmp_path, monkeypatch):
 
 
 def test_the_entry_points_refuse_before_working(tmp_path, capsys):
-    from reproduce.runs import status, sweeps
+    from repdegen.reproduce.runs import status, sweeps
 
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

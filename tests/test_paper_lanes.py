@@ -1,5 +1,5 @@
 """``scripts/paper_lanes.sh``: every row a lane names is a row of its table that runs at paper, so a lane does not stop
-on a typo hours into its queue (the lane runs each step as ``reproduce.table table=<t> scale=paper rows=[<row>]``)."""
+on a typo hours into its queue (the lane runs each step as ``repdegen.reproduce.table table=<t> scale=paper rows=[<row>]``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-
-from reproduce.errors import ConfigError
-from reproduce.results.claims import resolve_row
-from reproduce.runs.tables import runs_at
-from reproduce.settings.config import CONF_DIR
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.results.claims import resolve_row
+from repdegen.reproduce.runs.tables import runs_at
+from repdegen.reproduce.settings.config import CONF_DIR
 
 LANES = Path(__file__).resolve().parents[1] / "scripts" / "paper_lanes.sh"
 STEP = re.compile(r'^\s*row (\S+) "([^"]+)"((?:\s+\S+)*)\s*$')
@@ -38,13 +37,13 @@ def test_every_lane_step_names_a_paper_row_once():
 def test_a_steps_more_arguments_are_table_options():
     """A step may add arguments (the retrain of a recovered cell: retrain_recovered=true); each must be a key of the
     table command's config, or the step would stop the lane with an error hours into its queue."""
-    from reproduce.runs.tables import TableAppConfig
+    from repdegen.reproduce.runs.tables import TableAppConfig
 
     keys = set(TableAppConfig.__dataclass_fields__)
     extras = [x for _, _, more in lane_steps(extra=True) for x in more]
     assert "retrain_recovered=true" in extras
     for x in extras:
-        assert "=" in x and x.split("=", 1)[0] in keys, f"{x!r} is not an option of reproduce.table"
+        assert "=" in x and x.split("=", 1)[0] in keys, f"{x!r} is not an option of repdegen.reproduce.table"
     retrain = [line for line in _queued("S") if "retrain_recovered=true" in line]
     assert len(retrain) == 1 and 'rows=["Small (200 units) / VD-LSTM"]' in retrain[0]
 
@@ -58,7 +57,7 @@ def test_a_misspelt_row_is_caught():
 def test_each_step_restores_the_rows_committed_with_the_tables():
     """A work tree lost between sessions takes the ledger with it (2026-11-27): each step restores the committed
     records (reproduce/runs/archive.py) so that a finished row is rendered, not trained again."""
-    (command,) = [line for line in LANES.read_text().splitlines() if "-m reproduce.table" in line]
+    (command,) = [line for line in LANES.read_text().splitlines() if "-m repdegen.reproduce.table" in line]
     assert "restore=true" in command.split() and "scale=paper" in command.split()
 
 
@@ -66,7 +65,7 @@ def _queued(lane: str) -> list[str]:
     """The steps a lane would run, with `PYTHON=echo`: nothing is trained."""
     out = subprocess.run(["bash", str(LANES), lane], env={**os.environ, "PYTHON": "echo"}, capture_output=True,
                          text=True, check=True).stdout
-    return [line for line in out.splitlines() if line.startswith("-m reproduce.table")]
+    return [line for line in out.splitlines() if line.startswith("-m repdegen.reproduce.table")]
 
 
 def test_lanes_a_and_b_split_lane_s_queue():
@@ -86,12 +85,11 @@ PROBES_NOTES = LANES.parents[1] / "results" / "tables" / "inan2016_t1" / "NOTES.
 
 
 def test_each_probe_is_the_run_its_declaration_names():
-    """scripts/paper_probes.sh: each probe's overrides resolve as reproduce.train resolves them (the preset's sections
+    """scripts/paper_probes.sh: each probe's overrides resolve as repdegen.reproduce.train resolves them (the preset's sections
     included; a typo would stop the queue hours in), and its config hash is one the table's NOTES declared before it
     ran; the probes' logger group (the one setting the script adds to each run) stays out of the hash."""
     from hydra import initialize_config_dir
-
-    from reproduce.settings.resolve import resolve
+    from repdegen.reproduce.settings.resolve import resolve
 
     text = PROBES.read_text()
     base = re.search(r"^H200=\((.*)\)$", text, re.M).group(1).split()

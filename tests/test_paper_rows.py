@@ -63,7 +63,7 @@ def _rendering(tmp_path, cells: str | None, csv: str = "group,label,status,confi
 def test_a_corrupt_rendering_is_one_line_naming_the_file_and_the_fix(tmp_path, capsys):
     """cells.json truncated, of another shape, or a cell's provenance of the wrong type; table.csv without a column the
     rows are read by, or with a row cut short: one line naming the file and how to render it again, exit status 2."""
-    fix = "python -m reproduce.table table=t1 scale=paper render_only=true"
+    fix = "repdegen table table=t1 scale=paper render_only=true"
     good = '{"cells": [{"config_hash": "aaaa", "provenance": {"epochs": [3]}}]}'
     cases = [('{"cells": [{"config_hash": "aa', None, "invalid JSON"),
              ('[1, 2]', None, "a JSON list, not an object"),

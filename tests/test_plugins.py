@@ -1,5 +1,5 @@
 """An objective is one module plus one YAML: added from a temporary folder (REPDEGEN_PLUGINS and Hydra's search
-path), it trains through `python -m reproduce.train`; the objectives and models of the repository are found
+path), it trains through `repdegen train`; the objectives and models of the repository are found
 without a list; a bad plugin entry is one error line."""
 
 import json
@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from core.registry import load_plugins
+from repdegen.core.registry import load_plugins
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,8 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from losses import ObjectiveConfig, register_objective
-from losses.mle import MLE
+from repdegen.losses import ObjectiveConfig, register_objective
+from repdegen.losses.mle import MLE
 
 
 @dataclass
@@ -47,7 +46,7 @@ def test_an_objective_from_a_temporary_folder_trains_through_the_entrypoint(tmp_
     mark = tmp_path / "called"
     env = dict(os.environ, REPDEGEN_PLUGINS=str(tmp_path / "scaled_mle.py"), SCALED_MLE_MARK=str(mark),
                OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "reproduce.train", "experiment=inan2017/small", "scale=smoke",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", "experiment=inan2017/small", "scale=smoke",
                           "objective=scaled_mle", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "trainer.progress=false",
                           f"dataset.data_dir={tiny_data}", f"paths.output_dir={tmp_path / 'out'}",
                           f"hydra.run.dir={tmp_path / 'h'}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -61,11 +60,11 @@ def test_an_objective_from_a_temporary_folder_trains_through_the_entrypoint(tmp_
 
 def test_a_bad_plugin_entry_is_one_error_line(tmp_path):
     env = dict(os.environ, REPDEGEN_PLUGINS=str(tmp_path / "missing.py"))
-    out = subprocess.run([sys.executable, "-m", "reproduce.train", f"paths.output_dir={tmp_path}",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", f"paths.output_dir={tmp_path}",
                           f"hydra.run.dir={tmp_path / 'h'}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "REPDEGEN_PLUGINS entry" in out.stderr and "missing.py" in out.stderr and ".py file or a module" in out.stderr
-    from core.errors import ConfigError
+    from repdegen.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no_such_module_xyz"):
         load_plugins("no_such_module_xyz")
@@ -74,8 +73,7 @@ def test_a_bad_plugin_entry_is_one_error_line(tmp_path):
 def test_every_module_of_losses_and_models_registers_without_a_list():
     import pkgutil
 
-    import losses
-    import models
+    from repdegen import losses, models
 
     # each module file that defines a @register_objective / @register_model decorator call is imported
     for package, registry, decorator in ((losses, losses.OBJECTIVES, "@register_objective("),

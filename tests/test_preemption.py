@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from reproduce.settings.config import finalize
-from reproduce.train import EXIT_PREEMPTED, load_any_corpus, train
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import EXIT_PREEMPTED, load_any_corpus, train
 
 REPO = Path(__file__).resolve().parents[1]
 TIMING = ("epoch_seconds", "tokens_per_s", "valid_seconds")
@@ -89,7 +88,7 @@ def test_mid_epoch_stop_and_resume_is_bit_identical(compose_cfg, tmp_path, monke
 
 
 def test_sigusr1_checkpoints_marks_preempted_requeues_and_resumes(tiny_data, compose_cfg, tmp_path):
-    """A real SIGUSR1 to `python -m reproduce.train` under a (fake) SLURM job: checkpoint, status
+    """A real SIGUSR1 to `repdegen train` under a (fake) SLURM job: checkpoint, status
     "preempted", `scontrol requeue <job>`, exit status EXIT_PREEMPTED; trainer.resume=true finishes it."""
     over = ("experiment=inan2017/small", "scale=smoke", "scale.max_epochs=30", "trainer.max_epochs=30",
             "trainer.early_stopping=null")
@@ -103,7 +102,7 @@ def test_sigusr1_checkpoints_marks_preempted_requeues_and_resumes(tiny_data, com
     for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_RESTART_COUNT"):
         env.pop(key, None)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "reproduce.train", *over, "trainer.progress=false",
+    proc = subprocess.Popen([sys.executable, "-m", "repdegen.reproduce.train", *over, "trainer.progress=false",
                              f"dataset.data_dir={tiny_data}", f"paths.output_dir={out}", f"hydra.run.dir={tmp_path}/h"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
@@ -130,8 +129,8 @@ def test_sigusr1_checkpoints_marks_preempted_requeues_and_resumes(tiny_data, com
 def test_carried_state_is_resharded_for_another_world_size(compose_cfg, preset):
     """A mid-epoch checkpoint written by 2 ranks, resumed by 1, 4 or 5: rank r continues with columns
     r::W of the whole batch's recurrent state."""
-    from models import build_model
-    from reproduce.engine.tasks import LMTask, _map_state
+    from repdegen.models import build_model
+    from repdegen.reproduce.engine.tasks import LMTask, _map_state
 
     cfg = finalize(compose_cfg(*preset, "scale=smoke", "trainer.batch_size=20"))
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
@@ -154,11 +153,11 @@ def test_carried_state_is_resharded_for_another_world_size(compose_cfg, preset):
 
 
 def test_the_record_is_written_at_the_start_and_an_empty_one_does_not_linger(compose_cfg, tmp_path, monkeypatch):
-    """A run's record exists from its start (status "running", no epoch, its start listed), so `reproduce.status` shows
+    """A run's record exists from its start (status "running", no epoch, its start listed), so `repdegen.reproduce.status` shows
     it during a long first epoch; a run stopped before any checkpoint leaves only that empty record, which the next
     start replaces (nothing in it to keep: no ``result.<status>-<time>.json`` beside it)."""
-    from reproduce.engine.trainer import Trainer
-    from reproduce.errors import SimulatedInterrupt
+    from repdegen.reproduce.engine.trainer import Trainer
+    from repdegen.reproduce.errors import SimulatedInterrupt
 
     over = ("experiment=inan2017/small", "scale=smoke", "trainer.max_epochs=1")
     seen = {}
@@ -182,8 +181,8 @@ def test_best_weights_of_an_epoch_killed_before_its_checkpoint_are_dropped(compo
     """Killed after an epoch kept new best weights but before its checkpoint: the resumed run reruns that epoch, and on
     a GPU the rerun need not validate the same. Here it validates worse (scripted), so best.pt must be epoch 1's
     weights, the ones the record calls best, not the killed epoch's (which the pending-name scheme drops)."""
-    import reproduce.engine.trainer as trainer_mod
-    from reproduce.errors import SimulatedInterrupt
+    import repdegen.reproduce.engine.trainer as trainer_mod
+    from repdegen.reproduce.errors import SimulatedInterrupt
 
     from .test_train import VD_SMOKE
 

@@ -1,5 +1,6 @@
 """An experiment preset holds its own per-objective values (`objectives:`) and lite/smoke budgets (`scales:`), applied
-as overrides over the preset by the one composition (`reproduce.settings.config.compose_preset`); the scale file states what a
+as overrides over the preset by the one composition (`repdegen.reproduce.settings.config.compose_preset`); the scale file states
+what a
 scale sets (no hidden caps); a table row and the command line win over all of them. Expected values are read from
 the YAML files themselves (yaml.safe_load, not our code)."""
 
@@ -13,9 +14,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from reproduce.runs.tables import compose_cell, expand_cells
-from reproduce.settings.config import CONF_DIR, ConfigError, _override_value, config_hash, finalize, preset_overrides
+from repdegen.reproduce.runs.tables import compose_cell, expand_cells
+from repdegen.reproduce.settings.config import CONF_DIR, ConfigError, _override_value, config_hash, finalize, preset_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_no_table_row_repeats_its_presets_stand_in():
 
 
 def test_train_runs_the_tables_cell_at_smoke(tiny_data, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "reproduce.train", "experiment=yu2022/gpt2_wt103", "objective=mle",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", "experiment=yu2022/gpt2_wt103", "objective=mle",
                           "scale=smoke", "trainer.progress=false", f"dataset.data_dir={tiny_data}",
                           f"paths.output_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"], cwd=REPO,
                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))

@@ -1,11 +1,11 @@
-"""core.provenance.git_commit on a throwaway repository: the commit, the dirty flag and which tracked files
+"""repdegen.core.provenance.git_commit on a throwaway repository: the commit, the dirty flag and which tracked files
 differ; and how a rendering names them (uncommitted_note)."""
 
 from __future__ import annotations
 
 import subprocess
 
-import core.provenance as provenance
+import repdegen.core.provenance as provenance
 
 
 def _git(cwd, *args):
@@ -19,7 +19,7 @@ def test_git_commit_names_the_changed_tracked_files(tmp_path, monkeypatch, reque
         (tmp_path / name).write_text("a\n")
     _git(tmp_path, "add", ".")
     _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(provenance, "SOURCE_ROOT", tmp_path.resolve())
     real = provenance.git_commit
     request.addfinalizer(real.cache_clear)  # nothing of this repository stays cached for the other tests
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from repdegen.reproduce.runs.tables import run_table
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config
 
-from reproduce.runs.tables import run_table
-from reproduce.settings.config import CONF_DIR, compose_config
 from tests.conftest import REAL_DATA, requires_real_data
 
 pytestmark = [pytest.mark.slow, requires_real_data("ptb", "wikitext-2")]
@@ -30,7 +30,7 @@ def test_inan2017_t1_smoke_table_on_real_ptb(tmp_path):
 
 
 def test_describe_counts_on_real_corpora(tmp_path):
-    from reproduce.describe import describe
+    from repdegen.reproduce.describe import describe
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for overrides, expected in ((["model=awd_lstm", "dataset=wikitext2"], 33_556_078),

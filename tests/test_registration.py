@@ -7,12 +7,11 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
+import repdegen.reproduce.runs.tables  # noqa: F401  (registers the table schema)
 from omegaconf import OmegaConf
-
-import reproduce.runs.tables  # noqa: F401  (registers the table schema)
-from reproduce.errors import UserError
-from reproduce.runs import registration
-from reproduce.runs.tables import TableConfig
+from repdegen.reproduce.errors import UserError
+from repdegen.reproduce.runs import registration
+from repdegen.reproduce.runs.tables import TableConfig
 
 
 def make_table(margin=None, seeds=None, text="New beats Base", quote="q"):
@@ -127,6 +126,6 @@ def test_a_file_that_is_not_a_registration_is_a_clear_error(tmp_path):
     ({"commit": "abc", "dirty": True}, 0, " (uncommitted changes: commit the configs and this file)"),
 ])
 def test_registration_note_names_what_to_commit(commit, new, expected):
-    from reproduce.runs.tables import registration_note
+    from repdegen.reproduce.runs.tables import registration_note
 
     assert registration_note(commit, new) == expected

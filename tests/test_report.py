@@ -1,5 +1,5 @@
 """results/README.md from results/: a tiny ledger (one real smoke cell on the tiny corpus) rendered by
-`reproduce.table render_only=true` into a tiny results folder -> the report reads that rendering (it composes
+`repdegen.reproduce.table render_only=true` into a tiny results folder -> the report reads that rendering (it composes
 nothing), shows paper / ours / delta, links figures that exist, lists what is not reproduced, keeps a committed
 rendering verbatim, is idempotent, and --check sees staleness."""
 
@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from reproduce.results import report
-from reproduce.results.render import _delta, _fmt
-from reproduce.runs.ledger import Ledger
-from reproduce.settings.config import CONF_DIR
+from repdegen.reproduce.results import report
+from repdegen.reproduce.results.render import _delta, _fmt
+from repdegen.reproduce.runs.ledger import Ledger
+from repdegen.reproduce.settings.config import CONF_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ["trainer.test_batch_size=10"]
@@ -27,8 +26,8 @@ OVERRIDES = ["trainer.test_batch_size=10"]
 def tiny_results(tiny_data, tmp_path_factory):
     """One trained cell of inan2016_t1 at smoke in a tmp ledger, and a results folder holding a committed
     rendering of another table (no ledger entries here), a figure, a benchmark, a sanity check and notes."""
-    from reproduce.runs.tables import expand_cells
-    from reproduce.train import train
+    from repdegen.reproduce.runs.tables import expand_cells
+    from repdegen.reproduce.train import train
 
     root = tmp_path_factory.mktemp("report")
     runs, results = root / "runs", root / "results"
@@ -36,7 +35,7 @@ def tiny_results(tiny_data, tmp_path_factory):
         app = compose("table_app", overrides=["table=inan2016_t1", "scale=smoke", f"paths.runs_dir={runs}",
                                               f"paths.tables_dir={results / 'tables'}"])
         # the data directory and progress bar are not in the config hash; the test batch size is (a faster
-        # test pass): the report is given it, as reproduce.runs.tables would be
+        # test pass): the report is given it, as repdegen.reproduce.runs.tables would be
         app.overrides = [f"dataset.data_dir={tiny_data}", "trainer.progress=false", *OVERRIDES]
         cells = expand_cells(app)
     first = cells[0]
@@ -65,9 +64,9 @@ def tiny_results(tiny_data, tmp_path_factory):
 
 
 def _rerender_and_report(tiny) -> Path:
-    """What `make rerender` then `python -m reproduce.report` do: the table rendered from the ledger (render only),
+    """What `make rerender` then `repdegen report` do: the table rendered from the ledger (render only),
     then the README from results/."""
-    from reproduce.runs.tables import run_tables
+    from repdegen.reproduce.runs.tables import run_tables
 
     app = tiny["app"].copy()
     app.render_only = True
@@ -202,7 +201,7 @@ def test_report_is_idempotent_restores_a_deleted_table_and_checks(tiny_results, 
     assert len(first.splitlines()) == len(second.splitlines())
     assert all(a.startswith(report.GENERATED_PREFIX) for a, _ in differ)
     cells = json.loads((table_md.parent / "cells.json").read_text())
-    assert cells["command"] == "python -m reproduce.table table=inan2016_t1 scale=smoke"  # what trains the cells
+    assert cells["command"] == "repdegen table table=inan2016_t1 scale=smoke"  # what trains the cells
     assert "rendered_by" in cells  # how this rendering was made (render only)
     assert Ledger(runs).is_complete(cells["cells"][0]["config_hash"])
 
@@ -221,7 +220,7 @@ def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, m
     byte (no timestamp-only diff to commit); a changed input rewrites its page with the new time."""
     import datetime as real_dt
 
-    import reproduce.runs.tables as tables_mod
+    import repdegen.reproduce.runs.tables as tables_mod
 
     results = tiny_results["results"]
     _rerender_and_report(tiny_results)
@@ -271,7 +270,7 @@ def test_slug_and_demote():
 
 
 def test_the_project_readme_gets_the_claims_headline(tmp_path):
-    from reproduce.results.report import STATUS_END, STATUS_START, claims_headline, sync_status_line
+    from repdegen.reproduce.results.report import STATUS_END, STATUS_START, claims_headline, sync_status_line
 
     results_readme = ("# Reproduced results\n\n## Claims\n\n**3 of 7 claims shown at `lite`** (1 not shown, 3 not yet decided; "
                       "2 more cannot be decided at `lite`).\n\n| Table | Claim |\n")
@@ -293,12 +292,12 @@ def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tiny_results):
     """cells.json's `command` stays the one that trained the cells (what a reader reruns) through a render-only
     pass, which says in `rendered_by` how it was made; a cells.json with only a render-only command (older reports)
     gets the table's training command back."""
-    from reproduce.runs.tables import training_command
+    from repdegen.reproduce.runs.tables import training_command
 
     out = tiny_results["results"] / "tables" / "inan2016_t1" / "smoke"
     _rerender_and_report(tiny_results)
     data = json.loads((out / "cells.json").read_text())
-    trained = "python -m reproduce.table table=inan2016_t1 scale=smoke progress=false"
+    trained = "repdegen table table=inan2016_t1 scale=smoke progress=false"
     data["command"] = trained
     (out / "cells.json").write_text(json.dumps(data))
     _rerender_and_report(tiny_results)
@@ -306,11 +305,11 @@ def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tiny_results):
     assert data["command"] == trained and training_command(out / "cells.json") == trained
     assert data["rendered_by"] != trained
 
-    data["command"] = "python -m reproduce.table table=inan2016_t1 scale=smoke render_only=true paths.runs_dir=x"
+    data["command"] = "repdegen table table=inan2016_t1 scale=smoke render_only=true paths.runs_dir=x"
     (out / "cells.json").write_text(json.dumps(data))
     assert training_command(out / "cells.json") is None
     _rerender_and_report(tiny_results)
-    assert json.loads((out / "cells.json").read_text())["command"] == "python -m reproduce.table table=inan2016_t1 scale=smoke"
+    assert json.loads((out / "cells.json").read_text())["command"] == "repdegen table table=inan2016_t1 scale=smoke"
     assert training_command(out / "missing" / "cells.json") is None
 
 
@@ -318,8 +317,7 @@ def test_a_v1_rendering_shows_no_verdict_and_a_claim_na_at_a_scale_is_counted_th
     """claims.json of the v1 rule (no tie margin: its records lack "shown") gives no verdict in the status table;
     a claim marked na at lite is not one of lite's decidable claims."""
     from omegaconf import OmegaConf
-
-    from reproduce.results.report import _verdicts, claim_scales
+    from repdegen.reproduce.results.report import _verdicts, claim_scales
 
     out = tmp_path / "tables" / "t" / "lite"
     out.mkdir(parents=True)
@@ -383,7 +381,7 @@ def _good_results(root: Path) -> Path:
     (out / "table.md").write_text("## Inan 2017\n\n| Model | PPL |\n|---|---|\n| A | 1 |\n")
     (out / "table.csv").write_text("group,label,status,config_hash\n,A,complete,h\n")
     (out / "cells.json").write_text(json.dumps({"cells": [{"status": "complete", "config_hash": "h", "label": "A"}],
-                                                "command": "python -m reproduce.table table=inan2017_t1 scale=lite",
+                                                "command": "repdegen table table=inan2017_t1 scale=lite",
                                                 "figures": {"curves": "Validation PPL"}, "meta": {"title": "T"}}))
     (out / "claims.json").write_text(json.dumps({"claims": [{"text": "a claim", "state": "holds", "shown": "holds",
                                                              "mark": "✓", "checks": []}]}))
@@ -395,7 +393,7 @@ def _good_results(root: Path) -> Path:
 
 CORRUPT_RENDERINGS = [  # (file under results/, its bad content, words of the message, the fix)
     ("tables/inan2017_t1/lite/cells.json", '{"cells": [{"status": "compl', "invalid JSON",
-     "python -m reproduce.table table=inan2017_t1 scale=lite render_only=true"),
+     "repdegen table table=inan2017_t1 scale=lite render_only=true"),
     ("tables/inan2017_t1/lite/cells.json", '{"cells": [{"status": "complete", "config_hash": "h", "label": 3}]}',
      "the key cells[0].'label' is an integer; expected a string", "render_only=true"),
     ("tables/inan2017_t1/lite/cells.json", '{"cells": [], "figures": {"curves": ["x"]}}',
@@ -403,7 +401,7 @@ CORRUPT_RENDERINGS = [  # (file under results/, its bad content, words of the me
     ("tables/inan2017_t1/lite/cells.json", '{"cells": [], "meta": {"title": 7}}',
      "the key meta.'title' is an integer", "render_only=true"),
     ("tables/inan2017_t1/lite/claims.json", '{"claims": [{"text": "a cl', "invalid JSON",
-     "python -m reproduce.table table=inan2017_t1 scale=lite render_only=true"),
+     "repdegen table table=inan2017_t1 scale=lite render_only=true"),
     ("tables/inan2017_t1/lite/claims.json", '{"claims": [{"text": "a claim", "shown": "bogus", "mark": "x"}]}',
      "claims[0].shown is 'bogus'; expected one of holds, fails, tie", "render_only=true"),
     ("tables/inan2017_t1/lite/table.md", b"\xff\xfe| broken", "not UTF-8 text", "render_only=true"),
@@ -454,7 +452,7 @@ def test_the_front_page_lists_the_finished_paper_rows_with_their_delta(tmp_path)
 
 
 def test_the_committed_results_pages_are_up_to_date():
-    """results/README.md, results/more.md and the tables' pages are what `python -m reproduce.report` makes of the
+    """results/README.md, results/more.md and the tables' pages are what `repdegen report` makes of the
     committed renderings and notes now: a page left stale after an edit fails here, not in a reader's hands."""
     diff = report.check_report(REPO / "results")
-    assert diff == [], "\n".join(diff[:40]) + "\nrun `python -m reproduce.report` and commit the pages"
+    assert diff == [], "\n".join(diff[:40]) + "\nrun `repdegen report` and commit the pages"

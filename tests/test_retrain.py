@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-
-from reproduce.errors import ConfigError
-from reproduce.settings.config import config_hash, finalize
-from reproduce.train import train
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.config import config_hash, finalize
+from repdegen.reproduce.train import train
 
 from .test_train import VD_SMOKE, final_numbers, history_numbers, scripted_validation
 
@@ -41,7 +40,7 @@ def test_second_session_restarts_the_schedule_from_the_first_sessions_best_weigh
 
 def test_session_two_starts_from_session_ones_best_weights(compose_cfg, tmp_path, monkeypatch):
     """The weights session 2 trains from are byte-equal to the first session's best (best_session1.pt)."""
-    import reproduce.engine.stages as stages
+    import repdegen.reproduce.engine.stages as stages
 
     seen = {}
     real = stages.start_next_session
@@ -79,8 +78,7 @@ def test_retrain_sessions_zero_keeps_the_hash_and_a_negative_count_is_refused(co
 def test_validation_curves_continue_the_axis_into_the_second_session(tmp_path, monkeypatch):
     """The re-training session's epochs follow the first session's on the x axis (epochs 4-5 after 1-3), dotted."""
     import matplotlib.axes
-
-    import analysis.figures as figures
+    import repdegen.analysis.figures as figures
 
     calls = []
     real_plot = matplotlib.axes.Axes.plot
@@ -106,7 +104,7 @@ def test_validation_curves_continue_the_axis_into_the_second_session(tmp_path, m
 def test_early_stopping_counts_from_the_sessions_own_best():
     """Hand-worked: the count of epochs since the session's best, the current epoch last; other sessions' and stages'
     records are not counted; a tie or NaN is no improvement."""
-    from reproduce.engine.stages import epochs_since_session_best
+    from repdegen.reproduce.engine.stages import epochs_since_session_best
 
     hist = [{"stage": "train", "session": 1, "valid_nll": v} for v in (5.0, 4.0, 4.1)]
     assert epochs_since_session_best(hist, 1, 4.2) == 2  # 4.0 at the 2nd of 4 epochs

@@ -11,12 +11,11 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from core.errors import CorruptFile
-from reproduce.runs import sweeps
-from reproduce.settings import resolve as runspec
-from reproduce.settings.config import CONF_DIR, _override_value, config_hash, finalize, register_all
-from reproduce.settings.resolve import JOB_SPEC, RunSpec, read_cell, record_job_spec, resolve, write_cell
+from repdegen.core.errors import CorruptFile
+from repdegen.reproduce.runs import sweeps
+from repdegen.reproduce.settings import resolve as runspec
+from repdegen.reproduce.settings.config import CONF_DIR, _override_value, config_hash, finalize, register_all
+from repdegen.reproduce.settings.resolve import JOB_SPEC, RunSpec, read_cell, record_job_spec, resolve, write_cell
 
 register_all()
 

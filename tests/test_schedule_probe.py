@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from reproduce.settings.config import finalize
-from reproduce.train import train
+from repdegen.reproduce.settings.config import finalize
+from repdegen.reproduce.train import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 

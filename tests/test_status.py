@@ -1,4 +1,4 @@
-"""``python -m reproduce.status``: the ledger's runs as hand-made records say they are (hand-worked numbers), which of
+"""``repdegen status``: the ledger's runs as hand-made records say they are (hand-worked numbers), which of
 them a live process trains (the run's lock, held here), how to continue the others, and one clear line for a
 missing ledger or a corrupt record."""
 
@@ -9,9 +9,8 @@ import os
 import socket
 
 import pytest
-
-from reproduce.runs.ledger import Ledger
-from reproduce.runs.status import collect, epoch_facts, main
+from repdegen.reproduce.runs.ledger import Ledger
+from repdegen.reproduce.runs.status import collect, epoch_facts, main
 
 
 def _epoch(epoch, ppl, session=1, seconds=100.0):
@@ -68,7 +67,7 @@ def test_states_and_the_continue_command(tmp_path):
         assert rows["bbbb"]["resume"] is None
     assert "cccc" not in rows  # complete: only with --all
     assert rows["aaaa"]["state"] == "stopped"
-    assert rows["aaaa"]["resume"] == f"python -m reproduce.runs.launch {tmp_path / 'aaaa' / 'cell.yaml'}"
+    assert rows["aaaa"]["resume"] == f"python -m repdegen.reproduce.runs.launch {tmp_path / 'aaaa' / 'cell.yaml'}"
     assert rows["dddd"]["state"] == "preempted" and rows["dddd"]["facts"] is None
     assert rows["eeee"]["state"] == "failed" and rows["eeee"]["error"] == "loss is nan at update 12"
     assert "trainer.resume=true" in rows["eeee"]["resume"]
@@ -85,7 +84,7 @@ def test_text_and_json_output(tmp_path, capsys):
     # at epoch 3 of 10 in session 1 of 2: (10 - 3) + 10 = 17 epochs x 2 min = 34 min at most
     assert ("epoch 3/10, session 1/2, valid PPL 160.00, best 150.00 at epoch 2 (1 epoch without a better one; "
             "early stopping after 5) | 2m00s an epoch | at most 34m00s left, or sooner by early stopping") in out
-    assert "continue: python -m reproduce.runs.launch" in out
+    assert "continue: python -m repdegen.reproduce.runs.launch" in out
     assert main(["--runs-dir", str(tmp_path), "--json"]) == 0
     row = json.loads(capsys.readouterr().out.splitlines()[0])
     assert row["facts"]["best_valid_ppl"] == 150.0 and row["state"] == "stopped"
@@ -206,8 +205,7 @@ def test_a_paper_runs_target_is_the_paper_valid_ppl_of_the_rows_it_is_registered
     those rows' paper validation PPL in the table's config, final-stage rows only. None at lite, for a hash no table
     registered, for rows without a validation PPL, or where two tables disagree."""
     from omegaconf import OmegaConf
-
-    from reproduce.runs.status import paper_valid_targets
+    from repdegen.reproduce.runs.status import paper_valid_targets
 
     conf, tables = tmp_path / "conf", tmp_path / "tables"
     conf.mkdir()
@@ -241,7 +239,7 @@ def test_a_run_before_its_first_epoch_says_since_when_it_trains(tmp_path, capsys
     """A record with no epoch yet (what a start writes) is listed with the time since its latest start."""
     import datetime as dt
 
-    from reproduce.runs.status import since_start
+    from repdegen.reproduce.runs.status import since_start
 
     run = _write(tmp_path, "aaaa", "running", [])
     rec = json.loads((run / "result.json").read_text())
@@ -289,7 +287,7 @@ def test_a_cell_trained_again_twice_names_its_latest_recovered_record(tmp_path, 
     """After several retrains the kept records are result.recovered.json, -1, -2, ..., -10: the listing names the
     one with the highest number (by name, ``-10`` sorts before ``-2`` and every ``-k`` before the unnumbered
     first), and the next one moved aside takes the number after it."""
-    from reproduce.runs.archive import _next_recovered, kept_recovered
+    from repdegen.reproduce.runs.archive import _next_recovered, kept_recovered
 
     run = _write(tmp_path, "aaaa", "running", [_epoch(1, 300.0)])
     names = ["result.recovered.json"] + [f"result.recovered-{k}.json" for k in (1, 2, 10)]
@@ -307,7 +305,7 @@ def test_a_cell_trained_again_twice_names_its_latest_recovered_record(tmp_path, 
 def test_a_nan_validation_loss_is_never_a_new_best():
     """keep_if_best: a NaN validation NLL saves nothing (``NaN >= best`` is False, so a test of ``val >= best`` would
     keep it, and every later epoch would then beat a NaN best)."""
-    from reproduce.engine.stages import keep_if_best
+    from repdegen.reproduce.engine.stages import keep_if_best
 
     assert keep_if_best(None, float("nan"), 5.0, "best.pt") is False
     assert keep_if_best(None, 5.0, 5.0, "best.pt") is False

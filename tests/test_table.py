@@ -10,12 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
+import repdegen.reproduce.runs.execute as train_mod
 from hydra import compose, initialize_config_dir
-
-import reproduce.runs.execute as train_mod
-from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from reproduce.runs.tables import expand_cells, run_table
-from reproduce.settings.config import CONF_DIR
+from repdegen.reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
+from repdegen.reproduce.runs.tables import expand_cells, run_table
+from repdegen.reproduce.settings.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 
@@ -70,8 +69,8 @@ def test_every_table_expands_at_every_scale(table, scale, tmp_path):
 
 
 def test_rows_selects_the_cells_to_run_and_names_bad_rows(tmp_path):
-    from reproduce.errors import ConfigError
-    from reproduce.runs.tables import selected_cells
+    from repdegen.reproduce.errors import ConfigError
+    from repdegen.reproduce.runs.tables import selected_cells
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("inan2017_t1", "paper", tmp_path)
@@ -167,7 +166,7 @@ def test_a_failing_cell_does_not_stop_the_others(tiny_data, tmp_path, monkeypatc
 
 
 def test_command_line_splits_cell_overrides():
-    from reproduce.runs.tables import split_cell_args
+    from repdegen.reproduce.runs.tables import split_cell_args
 
     own, cell = split_cell_args(["table=x", "scale=lite", "trainer.device=cuda", "logger=wandb", "+model.foo=1",
                                  "paths.output_dir=o", "render_only=true", "seed=3", "scale.max_epochs=2"])
@@ -220,7 +219,7 @@ def test_render_header_names_every_commit_the_cells_ran_at():
 def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
     """A cell trained on a dirty tree keeps "uncommitted changes" in the header when a clean tree at another
     commit re-renders it (it used to drop the flag); several commits are all named; any dirty cell marks the table."""
-    import reproduce.runs.tables as tables
+    import repdegen.reproduce.runs.tables as tables
 
     monkeypatch.setattr(tables, "git_commit", lambda: {"commit": "ffff000011112222", "dirty": False})
     dirty = {"git": {"commit": "30bba3bdbde4b9f1", "dirty": True}}
@@ -250,7 +249,7 @@ def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
 def test_paper_rendering_names_each_cells_sessions_machine_and_commit():
     """A hand-made record of a cell retrained in a second session (footnote 5): 3 + 2 epochs, 1 h 1 min in all, on a
     CPU at a dirty commit; the Cells section and cells.json's provenance say so."""
-    from reproduce.runs.tables import cell_provenance
+    from repdegen.reproduce.runs.tables import cell_provenance
 
     history = [{"stage": "train", "epoch": e, "session": s} for s, n in ((1, 3), (2, 2)) for e in range(1, n + 1)]
     history += [{"stage": "test", "epoch": 2, "session": 2}]
@@ -302,7 +301,8 @@ def test_table_cli_renders(tmp_path, tiny_data):
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-m", "reproduce.table", "table=inan2016_t1", "scale=smoke", "render_only=true",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.table", "table=inan2016_t1", "scale=smoke",
+                          "render_only=true",
                           f"paths.output_dir={tmp_path}/o", f"paths.tables_dir={tmp_path}/t", f"hydra.run.dir={tmp_path}/h",
                           f"dataset.data_dir={tiny_data}", "trainer.progress=false"],
                          cwd=repo, capture_output=True, text=True, timeout=120)
@@ -312,9 +312,9 @@ def test_table_cli_renders(tmp_path, tiny_data):
     # a render-only pass never records itself as the command that trains the cells: it keeps the one there
     cells_json = tmp_path / "t" / "inan2016_t1" / "smoke" / "cells.json"
     first = json.loads(cells_json.read_text())
-    assert first["command"] == "python -m reproduce.table table=inan2016_t1 scale=smoke"
+    assert first["command"] == "repdegen table table=inan2016_t1 scale=smoke"
     assert "render_only=true" in first["rendered_by"]
-    trained = "python -m reproduce.table table=inan2016_t1 scale=smoke launch.parallel=2"
+    trained = "repdegen table table=inan2016_t1 scale=smoke launch.parallel=2"
     cells_json.write_text(json.dumps(dict(first, command=trained)))
     again = subprocess.run(out.args, cwd=repo, capture_output=True, text=True, timeout=120)
     assert again.returncode == 1, again.stderr[-2000:]
@@ -323,7 +323,7 @@ def test_table_cli_renders(tmp_path, tiny_data):
 
 
 def test_mean_sd_prints_two_significant_figures_of_the_sd():
-    from reproduce.results.metrics import metric, sd_places
+    from repdegen.reproduce.results.metrics import metric, sd_places
 
     ppl, ratio, count = metric("valid_ppl"), metric("isotropy"), metric("uniq")
     # worked by hand: sd 9.46 -> 9.5 (1 decimal), the mean to 1 decimal
@@ -339,7 +339,7 @@ def test_mean_sd_prints_two_significant_figures_of_the_sd():
 def test_markdown_splits_a_wide_table_by_family_and_drops_empty_columns():
     """12 metrics of four families (24 paper/ours columns) -> tables of at most 12 columns, each family whole where
     it fits; a metric the paper does not report loses its paper column, one nobody has is not shown."""
-    from reproduce.results.render import MAX_COLUMNS
+    from repdegen.reproduce.results.render import MAX_COLUMNS
 
     ppl = ["test_ppl", "ppl_frequent", "ppl_medium", "ppl_rare"]
     uniq = ["uniq", "uniq_frequent", "uniq_medium", "uniq_rare"]
@@ -367,8 +367,7 @@ def test_the_tables_paper_lines_are_the_final_rows_printed_validation_ppl_at_pap
     """A run is named in the curves by its (group, label) (a run shared by rows: their common label); its line is the
     paper validation PPL of the final-stage rows of its cell, never a first-session, finetuning or cache row's."""
     from omegaconf import OmegaConf
-
-    from reproduce.runs.tables import paper_valid_lines
+    from repdegen.reproduce.runs.tables import paper_valid_lines
 
     rows = OmegaConf.create([
         {"group": "Small", "label": "MLE", "paper": {"valid_ppl": 92.6, "test_ppl": 87.3}},

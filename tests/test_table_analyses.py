@@ -11,18 +11,17 @@ import os
 from pathlib import Path
 
 import pytest
+import repdegen.reproduce.runs.tables  # noqa: F401  (registers the table schema)
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-import reproduce.runs.tables  # noqa: F401  (registers the table schema)
-from core.errors import CorruptFile
-from core.loaders import load_continuations
-from reproduce.errors import ConfigError
-from reproduce.results.claims import validate_claims
-from reproduce.runs import registration
-from reproduce.runs.tables import TableConfig, run_table
-from reproduce.settings.config import CONF_DIR
+from repdegen.core.errors import CorruptFile
+from repdegen.core.loaders import load_continuations
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.results.claims import validate_claims
+from repdegen.reproduce.runs import registration
+from repdegen.reproduce.runs.tables import TableConfig, run_table
+from repdegen.reproduce.settings.config import CONF_DIR
 
 
 def make_table(analyses=None, columns=("test_ppl",), metric="test_ppl"):
@@ -67,8 +66,8 @@ def test_a_continuations_file_is_checked(tmp_path):
 
 
 def test_yu_t5_at_smoke_computes_each_cells_continuations_once_and_registers_against_them(tiny_data, tmp_path):
-    from reproduce.runs.ledger import Ledger
-    from reproduce.runs.trained import continuations_path, load_lm
+    from repdegen.reproduce.runs.ledger import Ledger
+    from repdegen.reproduce.runs.trained import continuations_path, load_lm
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose("table_app", overrides=["table=yu2022_t5", "scale=smoke", f"paths.output_dir={tmp_path}/out",

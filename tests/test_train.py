@@ -12,14 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+import repdegen.reproduce.engine.trainer as trainer_mod
 import torch
 from hydra.errors import ConfigCompositionException
-
-import reproduce.engine.trainer as trainer_mod
-from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
-from reproduce.errors import ConfigError, TrainingDiverged
-from reproduce.settings.config import config_hash, finalize, hashed_view
-from reproduce.train import train
+from repdegen.reproduce.engine.optim import averaged_weights, nonmonotone_trigger
+from repdegen.reproduce.errors import ConfigError, TrainingDiverged
+from repdegen.reproduce.settings.config import config_hash, finalize, hashed_view
+from repdegen.reproduce.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke")
@@ -69,7 +68,7 @@ def test_a_complete_run_is_not_run_again(compose_cfg, tmp_path, capsys):
 def test_each_start_of_a_cell_keeps_its_commit_and_where_it_resumed(compose_cfg, monkeypatch):
     """A cell stopped after epoch 1 and resumed at another commit: its record lists both starts, each with the
     commit it ran at, the second one "after train epoch 1"; "git" is the latest start's."""
-    import reproduce.runs.execute as execute
+    import repdegen.reproduce.runs.execute as execute
 
     monkeypatch.setattr(execute, "git_commit", lambda: {"commit": "a" * 40, "dirty": False})
     assert train(compose_cfg(*VD_SMOKE, "scale.max_epochs=2", "trainer.stop_after_epochs=1"))["status"] == "interrupted"
@@ -103,7 +102,7 @@ def test_kill_and_resume_gives_the_same_result(compose_cfg, tmp_path, preset):
 
 def test_sigkill_then_resume_gives_the_same_result(tiny_data, tmp_path):
     """A real kill -9 after the first checkpoint: the atomic checkpoint and resume hold."""
-    args = [sys.executable, "-m", "reproduce.train", *VD_SMOKE, "scale.max_epochs=4", "trainer.progress=false",
+    args = [sys.executable, "-m", "repdegen.reproduce.train", *VD_SMOKE, "scale.max_epochs=4", "trainer.progress=false",
             f"dataset.data_dir={tiny_data}", "optim.decay_after_epoch=1", "optim.lr_decay=0.7"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     straight = subprocess.run([*args, f"paths.output_dir={tmp_path}/a", f"hydra.run.dir={tmp_path}/h"], cwd=REPO,
@@ -127,7 +126,7 @@ def test_sigkill_then_resume_gives_the_same_result(tiny_data, tmp_path):
 
 def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(compose_cfg, tmp_path, monkeypatch):
     cfg = compose_cfg(*VD_SMOKE, "scale.max_epochs=3")
-    from losses.mle import RE
+    from repdegen.losses.mle import RE
 
     calls = {"n": 0}
     real_forward = RE.forward
@@ -212,9 +211,9 @@ def test_lr_schedule(compose_cfg, monkeypatch):
 
 
 def test_sum_over_time_scales_the_gradient_by_the_bptt_length(compose_cfg):
-    from data.corpus import load_corpus
-    from losses import build_objective
-    from models import build_model
+    from repdegen.data.corpus import load_corpus
+    from repdegen.losses import build_objective
+    from repdegen.models import build_model
 
     grads = {}
     for reduction in ("mean", "sum_over_time"):
@@ -279,14 +278,15 @@ def test_wrong_types_and_values_are_rejected(compose_cfg):
 
 
 def test_cli_typo_fails_before_any_work(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "reproduce.train", "objective=cosreg", "objective.gama=1",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", "objective=cosreg", "objective.gama=1",
                           f"paths.output_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "gama" in out.stderr
     assert not (tmp_path / "runs").exists()
 
 
 def test_cli_user_error_is_one_line_without_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "reproduce.train", "dataset.source=local", f"dataset.data_dir={tmp_path}/none",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.train", "dataset.source=local",
+                          f"dataset.data_dir={tmp_path}/none",
                           f"paths.output_dir={tmp_path}", f"hydra.run.dir={tmp_path}/h"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2
@@ -306,7 +306,7 @@ def test_test_every_epoch_and_wandb_logger(compose_cfg, monkeypatch):
 def test_group_geometry_trace_at_update_0_and_every_n(compose_cfg, tmp_path):
     """Yu Fig. 1's trace: the groups' I(W) at update 0 (the initial weights) and every N updates, each value equal
     to a direct computation on the weights saved at that point (the initial embedding; the last epoch's)."""
-    from analysis.groups import frequency_groups, group_isotropy
+    from repdegen.analysis.groups import frequency_groups, group_isotropy
 
     rec = train(compose_cfg(*VD_SMOKE, "trainer.max_epochs=2", "scale.max_epochs=2", "trainer.analysis.geometry_every=5"))
     trace = rec["trace"]
@@ -321,7 +321,7 @@ def test_group_geometry_trace_at_update_0_and_every_n(compose_cfg, tmp_path):
         assert trace[f"geom_isotropy_{g}"][0][1] == pytest.approx(direct[g], rel=1e-6)
     # the last point: the weights after the last update, as the end-of-training checkpoint holds them (SGD: no
     # averaged weights); a trace taken before the optimizer step, or of stale weights, would be one update behind
-    from analysis.groups import group_cosines
+    from repdegen.analysis.groups import group_cosines
 
     last = rec["history"][-1]["updates"]
     if last % 5:  # the trace's last point is the last multiple of 5: it must be the final weights' update

@@ -9,12 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
-
-from reproduce.engine.checkpoint import RunState
-from reproduce.engine.stages import train_objective_stops
-from reproduce.errors import ConfigError
-from reproduce.settings.config import config_hash, finalize
-from reproduce.train import train
+from repdegen.reproduce.engine.checkpoint import RunState
+from repdegen.reproduce.engine.stages import train_objective_stops
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.config import config_hash, finalize
+from repdegen.reproduce.train import train
 
 from .test_train import VD_SMOKE
 from .test_trainer_update import make_trainer

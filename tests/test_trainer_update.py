@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from data.corpus import load_corpus
-from losses import build_objective
-from losses.cosreg import cosine_regularizer
-from models import build_model
-from reproduce.engine.optim import cpu_runs_bf16_lstm
-from reproduce.engine.trainer import Trainer
-from reproduce.settings.config import finalize
+from repdegen.data.corpus import load_corpus
+from repdegen.losses import build_objective
+from repdegen.losses.cosreg import cosine_regularizer
+from repdegen.models import build_model
+from repdegen.reproduce.engine.optim import cpu_runs_bf16_lstm
+from repdegen.reproduce.engine.trainer import Trainer
+from repdegen.reproduce.settings.config import finalize
 
 VD_SMOKE = ("experiment=inan2017/small", "scale=smoke", "model.dropout=0", "optim.clip_grad_norm=null",
             "objective.tie_weights=true", "trainer.bptt=7")
@@ -62,7 +61,7 @@ def test_cosreg_penalty_enters_once_per_update_of_two_micro_batches(compose_cfg,
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_compile_mode_reaches_torch_compile_and_a_bad_one_is_refused(compose_cfg, monkeypatch, mode):
-    from reproduce.errors import ConfigError
+    from repdegen.reproduce.errors import ConfigError
 
     seen = {}
 
@@ -113,8 +112,8 @@ def _old_update(t, group, lr):
 def test_bf16_on_a_cpu_without_a_bf16_lstm_kernel_is_a_config_error_before_training(compose_cfg, monkeypatch):
     """An AMD EPYC without AVX512-BF16/AMX has no oneDNN bf16 LSTM: the trainer says so and how to fix it, instead of
     oneDNN's "could not create a primitive descriptor" at the first update."""
-    from reproduce.engine import optim
-    from reproduce.errors import ConfigError
+    from repdegen.reproduce.engine import optim
+    from repdegen.reproduce.errors import ConfigError
 
     monkeypatch.setattr(optim, "cpu_runs_bf16_lstm", lambda: False)
     with pytest.raises(ConfigError, match=r"trainer.precision=bf16: .* no bf16 LSTM kernel .* trainer.precision=fp32"):

@@ -9,11 +9,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
-
-from models import build_model, validate_model
-from models.transformer import (
+from repdegen.models import build_model, validate_model
+from repdegen.models.transformer import (
     EncoderOut,
     MultiheadAttention,
     TransformerLM,
@@ -22,7 +19,9 @@ from models.transformer import (
     TransformerSeq2SeqConfig,
     sinusoidal_embedding,
 )
-from reproduce.errors import ConfigError
+from repdegen.reproduce.errors import ConfigError
+from torch import nn
+from torch.nn import functional as F
 
 V = 23
 
@@ -392,7 +391,7 @@ def test_a_layer_equals_torchs_transformer_layers(norm_first):
     with a causal mask and padding masks, in eval mode."""
     from types import SimpleNamespace
 
-    from models.transformer import TransformerLayer
+    from repdegen.models.transformer import TransformerLayer
 
     torch.manual_seed(0)
     d, heads, ffn, B, T, S = 16, 4, 24, 3, 7, 5

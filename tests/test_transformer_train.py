@@ -21,12 +21,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from repdegen.reproduce.engine.trainer import Trainer
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.config import CONF_DIR, GenerationConfig, compose_config, finalize
+from repdegen.reproduce.train import load_any_corpus, train
 from torch.nn import functional as F
-
-from reproduce.engine.trainer import Trainer
-from reproduce.errors import ConfigError
-from reproduce.settings.config import CONF_DIR, GenerationConfig, compose_config, finalize
-from reproduce.train import load_any_corpus, train
 
 WORDS = "red blue green cat dog bird runs sits sleeps big small the a on under".split()
 GERMAN = dict(zip(WORDS, "rot blau gruen katze hund vogel laeuft sitzt schlaeft gross klein der ein auf unter".split()))
@@ -149,7 +148,7 @@ def exact(hyps: list[str], refs: list[str]) -> float:
 
 @pytest.mark.e2e  # its fixture trains the copy task (about 100 s on 2 busy cores)
 def test_copy_task_is_learned(copy_run, copy_corpus):
-    from reproduce.translate import load_translator, translate_lines
+    from repdegen.reproduce.translate import load_translator, translate_lines
 
     record, run_dir = copy_run
     assert record["status"] == "complete" and record["history"][-1]["updates"] == 300
@@ -165,7 +164,7 @@ def test_copy_task_is_learned(copy_run, copy_corpus):
     beam = translate_lines(model, tokenizer, sources, gen, torch.device("cpu"), progress=False)
     assert exact(beam, sources) >= 0.9
     # control: the same architecture untrained copies nothing
-    from models import build_model
+    from repdegen.models import build_model
 
     torch.manual_seed(0)
     untrained = build_model(cfg.model, len(tokenizer), cfg.model.tie_weights).eval()
@@ -223,9 +222,9 @@ def test_transformer_lm_resume_gives_the_same_result(tiny_data, tmp_path):
 # 4. gradient accumulation = one update on the union of the micro-batches
 # --------------------------------------------------------------------------------------------------
 def test_update_freq_equals_one_update_on_the_union(mt_corpus, tmp_path):
-    from data.translation import PAD, collate
-    from losses import build_objective
-    from models import build_model
+    from repdegen.data.translation import PAD, collate
+    from repdegen.losses import build_objective
+    from repdegen.models import build_model
 
     lr = 0.5
     cfg = finalize(compose_train(*MT, "model.dropout=0", "trainer.label_smoothing=0", "optim.name=sgd", "optim.schedule=epoch",
@@ -271,8 +270,8 @@ def test_update_freq_equals_one_update_on_the_union(mt_corpus, tmp_path):
 # 5. checkpoint averaging
 # --------------------------------------------------------------------------------------------------
 def test_average_last_is_the_mean_of_the_last_epochs(mt_corpus, tmp_path):
-    from data.translation import PAD, collate
-    from models import build_model
+    from repdegen.data.translation import PAD, collate
+    from repdegen.models import build_model
 
     over = (*MT, "trainer.max_epochs=3", "trainer.average_last=2")
     first = train(compose_train(*over, "trainer.stop_after_epochs=2", data_dir=mt_corpus, output_dir=tmp_path))
@@ -321,13 +320,13 @@ def mt_run(mt_corpus, tmp_path_factory):
 
 
 def translate_app(**kwargs):
-    from reproduce.translate import TranslateConfig
+    from repdegen.reproduce.translate import TranslateConfig
 
     return OmegaConf.merge(OmegaConf.structured(TranslateConfig), {"device": "cpu", **kwargs})
 
 
 def test_translate_entrypoint_reproduces_the_runs_hypotheses(mt_run, mt_corpus, tmp_path, capsys):
-    from reproduce.translate import run
+    from repdegen.reproduce.translate import run
 
     record, run_dir = mt_run
     final = record["metrics"]["final"]
@@ -358,7 +357,7 @@ def test_translate_entrypoint_reproduces_the_runs_hypotheses(mt_run, mt_corpus, 
 # 7. gao2019_t2 at smoke scale, end to end on the tiny corpus
 # --------------------------------------------------------------------------------------------------
 def test_gao2019_t2_smoke_table_end_to_end(mt_corpus, tmp_path):
-    from reproduce.runs.tables import run_table
+    from repdegen.reproduce.runs.tables import run_table
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose("table_app", overrides=["table=gao2019_t2", "scale=smoke", f"paths.output_dir={tmp_path}/out",
@@ -393,7 +392,7 @@ def test_gao2019_t2_smoke_table_end_to_end(mt_corpus, tmp_path):
 @pytest.mark.parametrize("init_lr", [0.0, 1e-7])
 def test_inverse_sqrt_schedule_is_fairseqs(init_lr):
     lr, warmup = 7e-4, 4000
-    from reproduce.engine.optim import lr_for_update
+    from repdegen.reproduce.engine.optim import lr_for_update
 
     o = SimpleNamespace(lr=lr, warmup_updates=warmup, warmup_init_lr=init_lr)
     for update in (0, 1, warmup // 2, warmup - 1, warmup, 4 * warmup, 100_000):
@@ -413,7 +412,7 @@ def test_inverse_sqrt_schedule_is_fairseqs(init_lr):
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_label_smoothing_is_torchs(eps):
-    from losses import Objective, build_objective
+    from repdegen.losses import Objective, build_objective
 
     torch.manual_seed(0)
     logits = torch.randn(37, 11) * 3

@@ -1,4 +1,4 @@
-"""Parallel corpora (data.translation): sources, joint BPE, filtering, token batches and collation."""
+"""Parallel corpora (repdegen.data.translation): sources, joint BPE, filtering, token batches and collation."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from repdegen.data.bpe import EOS, PAD
+from repdegen.data.translation import ParallelSplit, collate, load_parallel_corpus, token_batches
+from repdegen.reproduce.errors import DataError
+from repdegen.reproduce.settings.config import DatasetConfig
 
-from data.bpe import EOS, PAD
-from data.translation import ParallelSplit, collate, load_parallel_corpus, token_batches
-from reproduce.errors import DataError
-from reproduce.settings.config import DatasetConfig
 from tests.conftest import REAL_DATA, requires_real_data
 
 PAIRS = [

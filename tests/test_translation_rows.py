@@ -10,10 +10,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench  # noqa: E402
-
-from data.translation import PAD, ParallelSplit, collate  # noqa: E402
-from losses import TokenLayout  # noqa: E402
-from reproduce.settings.config import register_all  # noqa: E402
+from repdegen.data.translation import PAD, ParallelSplit, collate  # noqa: E402
+from repdegen.losses import TokenLayout  # noqa: E402
+from repdegen.reproduce.settings.config import register_all  # noqa: E402
 
 
 def test_target_rows_equal_boolean_masking(tmp_path):

@@ -12,9 +12,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from reproduce.runs.tables import expand_cells, runs_at
-from reproduce.settings.config import CONF_DIR
+from repdegen.reproduce.runs.tables import expand_cells, runs_at
+from repdegen.reproduce.settings.config import CONF_DIR
 
 YU_TABLES = ["yu2022_t1", "yu2022_t2", "yu2022_t3", "yu2022_t4", "yu2022_t6", "yu2022_t7", "yu2022_t8", "yu2022_t9",
              "yu2022_t10", "yu2022_t11"]
@@ -196,8 +195,8 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     WikiText-2 BPE stream under the lite batch, as the trainer computes them."""
     from types import SimpleNamespace
 
-    from data.corpus import load_corpus
-    from reproduce.engine.tasks import LMTask
+    from repdegen.data.corpus import load_corpus
+    from repdegen.reproduce.engine.tasks import LMTask
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("yu2022_t9", "lite", tmp_path)
@@ -210,7 +209,7 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     stateless_model = SimpleNamespace(init_state=lambda *args: None)
     per_epoch = LMTask(cfg, corpus, stateless_model, "cpu").updates_per_epoch()
     assert per_epoch == LITE_EPOCH_UPDATES and cfg.objective.static_after_epochs == 1
-    from losses import build_objective
+    from repdegen.losses import build_objective
 
     agg = build_objective(cfg.objective, len(corpus.vocab), 0.0)
     agg.setup(updates_per_epoch=per_epoch, special_ids=[0, 1, 2, 3])

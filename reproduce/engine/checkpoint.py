@@ -1,9 +1,10 @@
 """What a run writes to resume and to evaluate: the checkpoint (weights, optimizer, :class:`RunState`, every rank's
 RNG state, and for a preemption the mid-epoch progress), weight files (``best.pt``, ``last.pt``, ``epoch<k>.pt``)
-and their average. Every file is written atomically (:mod:`core.files`); every rank calls the writers (they gather
+and their average. Every file is written atomically (:mod:`repdegen.core.files`); every rank calls the writers (they gather
 the ranks' RNG states and meet at a barrier), rank 0 writes.
 
-A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see :mod:`reproduce.engine.distributed`) holds
+A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see :mod:`repdegen.reproduce.engine.distributed`)
+holds
 the updates done in the epoch, its partial sums, the RNG state its batches were drawn with and the recurrent state
 carried across BPTT segments, from which ``trainer.resume=true`` continues exactly (bit-identical on a CPU).
 """
@@ -15,12 +16,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from repdegen.core.files import atomic_torch_save
+from repdegen.core.loaders import load_checkpoint
+from repdegen.reproduce.engine import distributed as dist
 
-from core.files import atomic_torch_save
-from core.loaders import load_checkpoint
-from reproduce.engine import distributed as dist
-
-# what to do about a checkpoint that cannot be read (reproduce.train says it before a resume, the trainer on load)
+# what to do about a checkpoint that cannot be read (repdegen.reproduce.train says it before a resume, the trainer on load)
 CORRUPT_CHECKPOINT_FIX = ("move it aside (mv {path} {path}.bad) and run the same command again to start this run over "
                           "(its record is kept), or restore the file from a copy")
 

@@ -1,7 +1,7 @@
 """One process per device: torchrun, SLURM's srun, or a plain single process (DINO's init_distributed_mode).
 
-    torchrun --standalone --nproc_per_node=4 -m reproduce.train experiment=...        # one node
-    srun --ntasks-per-node=4 --gpus-per-task=1 python -m reproduce.train experiment=...  # SLURM
+    torchrun --standalone --nproc_per_node=4 -m repdegen.reproduce.train experiment=...        # one node
+    srun --ntasks-per-node=4 --gpus-per-task=1 repdegen train experiment=...  # SLURM
 
 :func:`init_distributed` reads the launcher's environment: torchrun's ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK`` (and its ``MASTER_ADDR``/``MASTER_PORT``), else SLURM's ``SLURM_PROCID``,
@@ -19,7 +19,7 @@ Preemption: :func:`preemption_signals` turns SIGUSR1 (SLURM's warning before the
 ``sbatch --signal=USR1@120`` or submitit's default) and SIGTERM (``scancel``, a scheduler stopping the
 job, torchrun forwarding its own SIGTERM) into a flag; the trainer checks it at every optimizer-update
 boundary (all ranks agree through :func:`any_rank`), writes a mid-epoch checkpoint and stops; the entry
-point then calls :func:`requeue_if_slurm` and exits with ``reproduce.train.EXIT_PREEMPTED``. On SLURM,
+point then calls :func:`requeue_if_slurm` and exits with ``repdegen.reproduce.train.EXIT_PREEMPTED``. On SLURM,
 start the ranks with ``srun`` (one task per GPU), not torchrun: torchrun's agent process does not
 handle SIGUSR1 and dies of it. A signal that arrives while no update is running (validation, the
 final evaluation, BLEU) is acted on at the end of the epoch or not at all.
@@ -43,8 +43,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from reproduce.errors import ConfigError, UserError
+from repdegen.reproduce.errors import ConfigError, UserError
 
 # a rank may wait this long in a collective, e.g. while rank 0 alone runs beam search for BLEU or
 # trains the BPE model of a corpus the others then read from the cache
@@ -337,7 +336,7 @@ def requeue_if_slurm() -> bool:
 
     Called by the entry point once the run has written its checkpoint. Only rank 0 asks (the job is
     requeued once, with all its tasks). SLURM then starts the same job script again, with
-    ``SLURM_RESTART_COUNT`` >= 1: ``reproduce.train`` resumes a requeued job's run from its checkpoint
+    ``SLURM_RESTART_COUNT`` >= 1: ``repdegen.reproduce.train`` resumes a requeued job's run from its checkpoint
     without ``trainer.resume=true``. Needs ``--requeue`` to be allowed on the cluster (``sbatch
     --requeue`` or ``JobRequeue=1``). Returns whether a requeue was requested; outside SLURM (no
     ``SLURM_JOB_ID``) it does nothing.

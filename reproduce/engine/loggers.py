@@ -1,9 +1,9 @@
 """Experiment loggers: ``logger=none`` (default) or ``logger=wandb``.
 
-``logger=wandb`` makes one wandb run per repdegen run (``reproduce.train``, or a cell of a table):
+``logger=wandb`` makes one wandb run per repdegen run (``repdegen.reproduce.train``, or a cell of a table):
 
 * grouped by ``logger.group`` (default: ``<experiment>/<scale>``, or ``<model>/<dataset>/<scale>``
-  without an experiment preset; ``reproduce.table`` sets ``<table>/<scale>``), ``job_type`` = the
+  without an experiment preset; ``repdegen.reproduce.table`` sets ``<table>/<scale>``), ``job_type`` = the
   objective (``mle``, ``cosreg``, ``agg``...), tagged ``scale=``, ``objective=``, ``experiment=``...;
 * the resolved config flattened to dot keys (``optim.lr``, ``objective.gamma``) plus ``config_hash``;
 * every epoch's record (``valid_ppl``, ``train_ppl``, ``isotropy``, ``mean_cos``, ``lr``...) at step =
@@ -135,7 +135,7 @@ class WandbLogger:
             self.run.summary[key] = value
         if self.mode == "disabled":
             return []
-        from analysis.embedding_figures import plot_singular_values, plot_svd_projection
+        from repdegen.analysis.embedding_figures import plot_singular_values, plot_svd_projection
 
         out = self.run_dir / "figures"
         label = str(record.get("label") or self.name)
@@ -200,7 +200,7 @@ def log_table(table_name: str, scale: str, rendered_rows, columns: list[str], ou
     ``out_dir`` (``curves.png``, ``singular_values.png``, ``svd_<k>.png``...) as ``figures/<name>``,
     and saves ``table.md``, ``table.csv`` and ``table.tex`` with the run. ``logger_cfg``: the cells'
     ``logger`` config (project, mode, group; default project ``repdegen``, offline, group
-    ``<table>/<scale>``, the group ``reproduce.table`` gives the cells); ``wandb_dir``: where the
+    ``<table>/<scale>``, the group ``repdegen.reproduce.table`` gives the cells); ``wandb_dir``: where the
     offline run is written (``<wandb_dir>/wandb/``; default the current directory). Returns the run.
     """
     import wandb

@@ -14,8 +14,7 @@ import functools
 import math
 
 import torch
-
-from core.errors import ConfigError
+from repdegen.core.errors import ConfigError
 
 
 def make_optimizer(name: str, params: list, o, device: torch.device):

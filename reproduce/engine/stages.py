@@ -1,7 +1,7 @@
-"""The stages a run goes through, composed by :meth:`reproduce.engine.trainer.Trainer.fit` from its epoch loop:
+"""The stages a run goes through, composed by :meth:`repdegen.reproduce.engine.trainer.Trainer.fit` from its epoch loop:
 
 * **train**: epochs until ``max_epochs``, ``max_updates`` or early stopping; the best-validation weights
-  (``best.pt``); NT-ASGD's switch to averaging (:func:`reproduce.engine.optim.nonmonotone_trigger`); the last weights and
+  (``best.pt``); NT-ASGD's switch to averaging (:func:`repdegen.reproduce.engine.optim.nonmonotone_trigger`); the last weights and
   those of the last ``average_last`` epochs for checkpoint averaging;
 * **retrain** (Inan et al. 2017, footnote 5: "Small models were re-trained by initializing to their final
   configuration from the first training session"): with ``trainer.retrain_sessions`` = K > 0, K more train stages,
@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from analysis.metrics import embedding_metrics
-from core.loaders import load_tensor_file
-from reproduce.engine import distributed as dist
-from reproduce.engine.checkpoint import average_weights
-from reproduce.engine.optim import averaged_weights, nonmonotone_trigger
+from repdegen.analysis.metrics import embedding_metrics
+from repdegen.core.loaders import load_tensor_file
+from repdegen.reproduce.engine import distributed as dist
+from repdegen.reproduce.engine.checkpoint import average_weights
+from repdegen.reproduce.engine.optim import averaged_weights, nonmonotone_trigger
 
 # the output embedding at initialisation, saved when a run starts (the drift metrics of analysis/geometry.py)
 INIT_EMBEDDING = "init_embedding.pt"
@@ -213,7 +213,7 @@ def final_metrics(tr, weights: str) -> dict:
                "weights": weights}
     metrics.update(embedding_metrics(tr.model.output_embedding, spectrum=True))
     if tr.is_main:
-        from analysis.geometry import final_geometry
+        from repdegen.analysis.geometry import final_geometry
 
         init = tr.run_dir / INIT_EMBEDDING
         init_weight = load_tensor_file(init, "initial embedding file", f"move {init.name} aside: the geometry against "
@@ -222,8 +222,8 @@ def final_metrics(tr, weights: str) -> dict:
         metrics.update(final_geometry(tr.model.output_embedding, metrics["singular_values"], counts, specials,
                                       init_weight))
         if init_weight is not None:  # Gao Sec. 1: the never-seen rows' mean drift against the hidden states
-            from analysis.evaluate import frac_negative
-            from analysis.geometry import mean_unseen_drift
+            from repdegen.analysis.evaluate import frac_negative
+            from repdegen.analysis.geometry import mean_unseen_drift
 
             drift = mean_unseen_drift(tr.model.output_embedding, init_weight, counts, specials)
             if drift is not None:
@@ -236,7 +236,7 @@ def final_metrics(tr, weights: str) -> dict:
 
 def cache_metrics(tr) -> dict:
     """Valid/test PPL with Grave et al.'s continuous cache pointer (``trainer.cache``)."""
-    from analysis.cache_pointer import evaluate_cache
+    from repdegen.analysis.cache_pointer import evaluate_cache
 
     c = tr.t.cache
     out = {}

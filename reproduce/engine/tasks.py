@@ -1,6 +1,6 @@
 """What one training batch is, how its loss is formed, and how a split is evaluated, per kind of data.
 
-The :class:`~reproduce.engine.trainer.Trainer` owns the loop (optimizer, schedule, accumulation, precision,
+The :class:`~repdegen.reproduce.engine.trainer.Trainer` owns the loop (optimizer, schedule, accumulation, precision,
 checkpoints, stages); a task owns the data side:
 
 * :class:`LMTask` -- one token stream per split, cut into ``trainer.batch_size`` columns and read in
@@ -15,7 +15,7 @@ checkpoints, stages); a task owns the data side:
 loss averaged over the batch's target tokens (plus once-per-step penalties), the detached plain-NLL
 sum (for the progress bar and the epoch's training PPL), and the number of target tokens.
 
-Distributed training (:mod:`reproduce.engine.distributed`, ``W`` ranks): ``train_batches`` and ``n_targets``
+Distributed training (:mod:`repdegen.reproduce.engine.distributed`, ``W`` ranks): ``train_batches`` and ``n_targets``
 describe the *global* micro-batches (the same on every rank); ``loss`` computes this rank's shard of
 one -- LM: columns ``r::W`` of the BPTT stream (``trainer.batch_size`` must divide by ``W``);
 translation: sentences ``r::W`` of the bucket -- and returns the shard's token count, by which the
@@ -31,15 +31,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from repdegen.analysis.evaluate import evaluate_nll
+from repdegen.analysis.metrics import perplexity
+from repdegen.data import kinds as data_kinds
+from repdegen.data.batching import batchify, bptt_segments, get_batch
+from repdegen.losses import TokenLayout
+from repdegen.reproduce.engine import distributed as dist
+from repdegen.reproduce.errors import ConfigError
 from torch import nn
-
-from analysis.evaluate import evaluate_nll
-from analysis.metrics import perplexity
-from data import kinds as data_kinds
-from data.batching import batchify, bptt_segments, get_batch
-from losses import TokenLayout
-from reproduce.engine import distributed as dist
-from reproduce.errors import ConfigError
 
 
 def check_world_size(cfg, world: int) -> None:
@@ -87,7 +86,7 @@ def geometry_trace_point(task, model) -> dict:
 
 def _group_geometry(task, model, names: tuple[str, ...]) -> dict:
     """``isotropy_<g>`` for the named groups and ``cos_rare_frequent`` of the output embedding."""
-    from analysis.groups import group_cosines, group_isotropy
+    from repdegen.analysis.groups import group_cosines, group_isotropy
 
     groups = task.groups()
     weight = model.output_embedding.detach().float()
@@ -201,14 +200,14 @@ class LMTask:
         return {"nll": nll_sum / count, "ppl": perplexity(nll_sum / count), "tokens": int(count), "nll_sum": nll_sum}
 
     def groups(self):
-        from analysis.groups import frequency_groups
+        from repdegen.analysis.groups import frequency_groups
 
         return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs,
                                 n_specials=4 if self.corpus.tokenizer is not None else 0)
 
     def valid_hidden_states(self, model):
         """The softmax inputs at every predicted position of the validation split, read as valid PPL is."""
-        from analysis.evaluate import lm_hidden_states
+        from repdegen.analysis.evaluate import lm_hidden_states
 
         bs = self.t.eval_batch_size
         return lm_hidden_states(model, self.corpus.valid, bs, self.eval_bptt(bs), self.device)
@@ -241,14 +240,14 @@ class LMTask:
     def nontarget_mass(self, model) -> dict:
         """``p_unk_nontarget`` / ``p_articles_nontarget`` on the test split, for a word-level vocabulary that has
         those words (PTB, WikiText-2): one pass read as the test PPL is (analysis/groups.py ``group_metrics``)."""
-        from analysis.groups import group_metrics
+        from repdegen.analysis.groups import group_metrics
 
         stoi = self.corpus.vocab.stoi
         sets = {name: [stoi[w] for w in words] for name, words in self.MASS_SETS.items()
                 if self.corpus.tokenizer is None and all(w in stoi for w in words)}
         if not sets:
             return {}
-        from analysis.geometry import finite_only
+        from repdegen.analysis.geometry import finite_only
 
         return finite_only(group_metrics(model, self.corpus.test, {}, *self.test_reading(), self.device,
                                          mass_sets=sets)["mass"])
@@ -258,7 +257,7 @@ class LMTask:
         a = self.t.analysis
         out: dict = {}
         if a.groups:
-            from analysis.groups import group_cosines, group_isotropy, group_metrics
+            from repdegen.analysis.groups import group_cosines, group_isotropy, group_metrics
 
             vocab = self.corpus.vocab
             groups = self.groups()
@@ -278,19 +277,19 @@ class LMTask:
                 if name != "total":
                     out[f"isotropy_{name}"] = value
             out["cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
-            from analysis.geometry import finite_only, nn_rare_frac
-            from analysis.groups import group_ids
+            from repdegen.analysis.geometry import finite_only, nn_rare_frac
+            from repdegen.analysis.groups import group_ids
 
             out.update(finite_only({"nn_rare_frac": nn_rare_frac(weight, group_ids(groups["rare"], weight.shape[0]),
                                                                  self.special_ids())}))
         out.update(self.nontarget_mass(model))
         if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
-            from analysis.inspection import subspace_distance
+            from repdegen.analysis.inspection import subspace_distance
 
             out["subspace_distance"] = subspace_distance(model.input_embedding.detach().double().cpu(),
                                                          model.output_embedding.detach().double().cpu())
         if a.wordsim:
-            from analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
+            from repdegen.analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
 
             lookup = self.corpus.tokenizer if self.corpus.tokenizer is not None else self.corpus.vocab
             for name, r in evaluate_wordsim(model.output_embedding.detach().float(), lookup,
@@ -302,7 +301,7 @@ class LMTask:
 @task_for_kind("translation")
 class TranslationTask:
     def __init__(self, cfg, corpus, model, device):
-        from data.translation import PAD
+        from repdegen.data.translation import PAD
 
         self.cfg, self.t, self.corpus, self.device = cfg, cfg.trainer, corpus, device
         self.rank, self.world = dist.rank(), dist.world_size()
@@ -325,7 +324,7 @@ class TranslationTask:
         pass
 
     def _batches(self, split: str, shuffle: bool, seed=None) -> list[list[int]]:
-        from data.translation import token_batches
+        from repdegen.data.translation import token_batches
 
         src_lens, tgt_lens = self.lens[split]
         return token_batches(src_lens, tgt_lens, self.t.max_tokens, shuffle=shuffle, seed=seed)
@@ -352,7 +351,7 @@ class TranslationTask:
         return indices if self.world == 1 else indices[self.rank :: self.world]
 
     def _forward(self, model, part, indices):
-        from data.translation import collate
+        from repdegen.data.translation import collate
 
         b = collate(part, indices)
         # the target rows (non-pad positions, row-major) are found on the host, where the batch is built, so
@@ -422,8 +421,8 @@ class TranslationTask:
     @torch.no_grad()
     def translate_split(self, model, split: str) -> list[str]:
         """Beam search (``trainer.generation``) over ``split``, detokenized, in corpus order."""
-        from data.translation import EOS, collate
-        from models.generation import translate
+        from repdegen.data.translation import EOS, collate
+        from repdegen.models.generation import translate
 
         gen = self.t.generation
         part = self.corpus.split(split)
@@ -439,7 +438,7 @@ class TranslationTask:
         return hyps
 
     def groups(self):
-        from analysis.groups import frequency_groups
+        from repdegen.analysis.groups import frequency_groups
 
         return frequency_groups(self.corpus.vocab.counts, cutoffs=self.t.analysis.group_cutoffs, n_specials=4)
 
@@ -458,7 +457,7 @@ class TranslationTask:
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """BLEU on ``trainer.generation.bleu_splits``: SacreBLEU (detokenized, with its signature) and
         the papers' tokenized BLEU with compound splitting. Hypotheses are saved next to the run."""
-        from analysis.bleu import bleu_detok, bleu_tokenized
+        from repdegen.analysis.bleu import bleu_detok, bleu_tokenized
 
         out = {}
         for split in self.t.generation.bleu_splits:

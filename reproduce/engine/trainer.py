@@ -1,7 +1,9 @@
 """The one training loop: an optimizer update over micro-batches (:meth:`Trainer.train_update`), an epoch of them
 with progress, divergence checks and preemption (:meth:`Trainer.train_epoch`), validation, and the epoch's
-bookkeeping. Its pieces live beside it: optimizers and schedules in :mod:`reproduce.engine.optim`, checkpoints, weights and
-RNG state in :mod:`reproduce.engine.checkpoint`, the stages (train, finetune, final evaluation) in :mod:`reproduce.engine.stages`.
+bookkeeping. Its pieces live beside it: optimizers and schedules in :mod:`repdegen.reproduce.engine.optim`, checkpoints, weights
+and
+RNG state in :mod:`repdegen.reproduce.engine.checkpoint`, the stages (train, finetune, final evaluation) in
+:mod:`repdegen.reproduce.engine.stages`.
 Objectives reach the loop through their hooks only (``setup``, ``update_penalty``, ``after_update``, ``traces``;
 :class:`losses.Objective`): the loop names no objective.
 
@@ -23,18 +25,17 @@ import time
 from pathlib import Path
 
 import torch
-
-from analysis.metrics import embedding_metrics
-from core.files import atomic_torch_save
-from core.malloc import keep_freed_memory
-from reproduce.engine import checkpoint as ckpt_io
-from reproduce.engine import distributed as dist
-from reproduce.engine import optim
-from reproduce.engine.checkpoint import RunState
-from reproduce.engine.progress import progress_bar
-from reproduce.engine.stages import INIT_EMBEDDING, run_stages
-from reproduce.engine.tasks import geometry_trace_point, make_task
-from reproduce.errors import Preempted, SimulatedInterrupt, TrainingDiverged
+from repdegen.analysis.metrics import embedding_metrics
+from repdegen.core.files import atomic_torch_save
+from repdegen.core.malloc import keep_freed_memory
+from repdegen.reproduce.engine import checkpoint as ckpt_io
+from repdegen.reproduce.engine import distributed as dist
+from repdegen.reproduce.engine import optim
+from repdegen.reproduce.engine.checkpoint import RunState
+from repdegen.reproduce.engine.progress import progress_bar
+from repdegen.reproduce.engine.stages import INIT_EMBEDDING, run_stages
+from repdegen.reproduce.engine.tasks import geometry_trace_point, make_task
+from repdegen.reproduce.errors import Preempted, SimulatedInterrupt, TrainingDiverged
 
 # never "rare" for frequency-aware objectives (AGG): the specials of BPE vocabularies and word corpora
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
@@ -360,5 +361,6 @@ class Trainer:
         return record
 
     def fit(self) -> dict:
-        """Train (or continue) through the stages to the end (:mod:`reproduce.engine.stages`); each stage's final metrics."""
+        """Train (or continue) through the stages to the end (:mod:`repdegen.reproduce.engine.stages`); each stage's
+        final metrics."""
         return run_stages(self)

@@ -39,9 +39,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
-
-from reproduce.errors import ConfigError
-from reproduce.results.metrics import metric, recorded
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.results.metrics import metric, recorded
 
 RELATIONS = ("lower", "higher", "ratio_at_least", "ratio_at_most", "within", "above", "below")
 PAIRWISE = ("lower", "higher", "ratio_at_least", "ratio_at_most", "within")
@@ -147,7 +146,7 @@ def resolve_row(table, ref: str, what: str, group: str | None = None) -> int:
 def table_metrics(table) -> list[str]:
     """The metrics a claim of this table may check: its columns, what every one of its runs records, and what its
     ``analyses`` give."""
-    from reproduce.results.metrics import analysis_metrics
+    from repdegen.reproduce.results.metrics import analysis_metrics
 
     extra = list(ALWAYS_RECORDED)
     if not any(str(c).startswith("bleu") for c in table.columns):
@@ -159,7 +158,7 @@ def table_metrics(table) -> list[str]:
 
 def _validate_analyses(table) -> None:
     """The table's ``analyses`` in their domain, and set wherever a column or a claim reads a metric they give."""
-    from reproduce.results.metrics import analysis_metrics
+    from repdegen.reproduce.results.metrics import analysis_metrics
 
     name, given = table.name, dict(table.get("analyses") or {})
     for analysis, value in given.items():
@@ -446,7 +445,7 @@ def _fmt_amount(x: float | None, signed: bool = True) -> str:
 
 def describe_check(r: CheckResult) -> tuple[str, str, str]:
     """(what is checked, the paper's values, ours) of one check, as text."""
-    from reproduce.results.render import _fmt
+    from repdegen.reproduce.results.render import _fmt
 
     c, m = r.check, r.check.metric
     # a row by its label alone (the claim's text names the group), unless both sides share the label (the same
@@ -566,7 +565,7 @@ def claims_markdown(verdicts: list[Verdict], source: str, scale: str, seeds: lis
 
 
 def claims_latex(verdicts: list[Verdict], scale: str) -> list[str]:
-    from reproduce.results.render import _tex_escape
+    from repdegen.reproduce.results.render import _tex_escape
 
     if not verdicts:
         return []
@@ -611,7 +610,7 @@ def claims_csv(verdicts: list[Verdict], scale: str) -> str:
 
 
 def claims_console(verdicts: list[Verdict], source: str, scale: str, seeds: list) -> str:
-    """The verdicts as plain lines for the end of ``reproduce.table``'s output."""
+    """The verdicts as plain lines for the end of ``repdegen.reproduce.table``'s output."""
     n = len(seeds)
     rows = [(verdict_mark(v), v.claim.text, "; ".join(describe_check(r)[1] for r in v.checks),
              "; ".join(describe_check(r)[2] for r in v.checks)) for v in verdicts]

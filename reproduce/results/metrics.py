@@ -1,12 +1,12 @@
 """The one registry of the metrics a run records and a table, a claim or a sweep names: each metric's label, how
 its values print, which way is better, which task records it, and the family of its default tie margin.
 
-Rendering (:mod:`reproduce.results.render`), the claims (:mod:`reproduce.results.claims`) and sweep aggregation
-(:mod:`reproduce.runs.sweeps`) all read it. A name that is not registered (a key of ``result.json`` such as
+Rendering (:mod:`repdegen.reproduce.results.render`), the claims (:mod:`repdegen.reproduce.results.claims`) and sweep aggregation
+(:mod:`repdegen.reproduce.runs.sweeps`) all read it. A name that is not registered (a key of ``result.json`` such as
 ``wall_time_s``, or a metric added by a new task) still gets a :class:`Metric`, derived by the same rules, so nothing
 downstream needs a second list.
 
-    from reproduce.results.metrics import metric
+    from repdegen.reproduce.results.metrics import metric
     metric("ppl_rare").label             # 'PPL rare'
     metric("ppl_rare").format(1311.2)    # '1311'
     metric("uniq").better                # 'higher'

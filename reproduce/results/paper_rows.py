@@ -1,13 +1,13 @@
 """The paper-scale rows rendered so far: paper vs ours for every metric a row has (valid and test PPL, ...), Δ %, and
 each cell's provenance (epochs per training session, wall time, hardware, commit), read from the renderings under
 ``results/tables/<table>/paper/`` (``table.csv`` and ``cells.json``; renderings before the provenance existed say
-"–"). ``scripts/paper_rows.py`` prints them; ``reproduce.report`` puts them on the front page of ``results/``."""
+"–"). ``scripts/paper_rows.py`` prints them; ``repdegen.reproduce.report`` puts them on the front page of ``results/``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from core.loaders import STATUS_COMPLETE, BadFile, check_keys, load_cells_json, load_table_csv, rendering_fix
+from repdegen.core.loaders import STATUS_COMPLETE, BadFile, check_keys, load_cells_json, load_table_csv, rendering_fix
 
 HEADER = ["| table | row | paper vs ours | epochs (per session) | wall time | hardware | commit |",
           "|---|---|---|---|---|---|---|"]
@@ -29,7 +29,7 @@ def rows_of(table_dir: Path, include_missing: bool = False) -> list[str]:
     cells = load_cells_json(cells_path, rendering_fix(cells_path))["cells"] if cells_path.is_file() else []
 
     def error(why: str) -> BadFile:
-        return BadFile(cells_path, "rendered table's cells.json", why, "the JSON object reproduce.runs.tables writes",
+        return BadFile(cells_path, "rendered table's cells.json", why, "the JSON object repdegen.reproduce.runs.tables writes",
                        rendering_fix(cells_path))
 
     provenance = {}

@@ -1,17 +1,17 @@
 """Write ``results/README.md``: every reproduced table and figure in one page, from the files under ``results/``.
 
-    python -m reproduce.report                       # write results/README.md from results/
-    python -m reproduce.report --results results
-    python -m reproduce.report --check               # exit 1 if results/README.md is stale (CI)
+    repdegen report                       # write results/README.md from results/
+    repdegen report --results results
+    repdegen report --check               # exit 1 if results/README.md is stale (CI)
 
-It reads what was rendered and composes nothing: ``tables/*/*`` as ``reproduce.table`` rendered them (``table.md``,
+It reads what was rendered and composes nothing: ``tables/*/*`` as ``repdegen.reproduce.table`` rendered them (``table.md``,
 ``claims.json`` for the verdicts, ``cells.json``, figures; grouped by paper, titles and claims' wording from
 ``conf/table``), ``figures/*/*`` (with their README/notes), ``bench/*/`` (the JSON as a table of ratios to MLE),
 ``sweeps/*.md``, ``sanity/*.md``, ``device/*.md`` and ``NOTES.md`` (hand-written caveats, included verbatim), into one
 README with a table of contents. Tables rendered at no scale are listed as not yet reproduced, with the command that makes them.
 
 To bring a ledger's runs into ``results/`` first, render the tables from it (no training; a committed rendering with
-more complete cells than the ledger is kept): ``make rerender`` (``python -m reproduce.table table=all
+more complete cells than the ledger is kept): ``make rerender`` (``repdegen table table=all
 scale=<scale> render_only=true`` for each scale).
 
 The README is idempotent: a page whose content did not change is left as it is, ``Generated:`` line (date and commit)
@@ -36,13 +36,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
-
-from core.errors import CorruptFile, UserError
-from core.files import atomic_write_bytes
-from core.loaders import STATUS_COMPLETE, BadFile, check_keys, load_bench_json, load_cells_json, load_claims_json, rendering_fix
-from reproduce.errors import EXIT_USER_ERROR, report_user_error
-from reproduce.results.paper_rows import HEADER, all_rows
-from reproduce.settings.config import CONF_DIR
+from repdegen.core.errors import CorruptFile, UserError
+from repdegen.core.files import atomic_write_bytes
+from repdegen.core.loaders import (
+    STATUS_COMPLETE,
+    BadFile,
+    check_keys,
+    load_bench_json,
+    load_cells_json,
+    load_claims_json,
+    rendering_fix,
+)
+from repdegen.reproduce.errors import EXIT_USER_ERROR, report_user_error
+from repdegen.reproduce.results.paper_rows import HEADER, all_rows
+from repdegen.reproduce.settings.config import CONF_DIR
 
 SCALES = ("paper", "lite", "smoke")
 GENERATED_PREFIX = "Generated: "
@@ -94,7 +101,7 @@ def paper_order(key: str) -> tuple:
 def claim_scales(table, claim) -> list[str] | None:
     """The scales at which a claim can be decided: its own ``scales`` and those where every row it
     compares runs, less those it is ``na`` at (None: every scale)."""
-    from reproduce.results.claims import resolve_row
+    from repdegen.reproduce.results.claims import resolve_row
 
     allowed = set(claim.scales) if claim.get("scales") else set(SCALES)
     allowed -= set(claim.get("na") or {})  # n/a at a scale, with its measured reason
@@ -221,7 +228,7 @@ def rendered_cells(out: Path) -> dict | None:
     data = load_cells_json(path, fix)
 
     def error(why: str) -> CorruptFile:
-        return BadFile(path, "rendered table's cells.json", why, "the JSON object reproduce.runs.tables writes", fix)
+        return BadFile(path, "rendered table's cells.json", why, "the JSON object repdegen.reproduce.runs.tables writes", fix)
 
     check_keys(data.get("meta") or {}, {}, error, {"title": str, "source": str}, where="meta.")
     figures = data.get("figures") or {}
@@ -232,7 +239,7 @@ def rendered_cells(out: Path) -> dict | None:
 
 
 def _figure_captions(out: Path) -> dict:
-    """cells.json's {figure stem: caption} (written by reproduce.runs.tables.render); {} for none. A rendering made
+    """cells.json's {figure stem: caption} (written by repdegen.reproduce.runs.tables.render); {} for none. A rendering made
     before the figures were keyed by name has {"svd_<k>": row label}: returned as it is."""
     return (rendered_cells(out) or {}).get("figures") or {}
 
@@ -402,9 +409,9 @@ def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | No
         return {}  # rendered under the v1 rule (no tie margin, no registration): no verdict in the status table
 
     def error(why: str) -> CorruptFile:
-        return BadFile(path, "rendered table's claims.json", why, "the JSON object reproduce.runs.tables writes", fix)
+        return BadFile(path, "rendered table's claims.json", why, "the JSON object repdegen.reproduce.runs.tables writes", fix)
 
-    shown = (*VERDICT_KEYS[:-1], "n/a")  # what a verdict is shown as (reproduce.results.claims.shown_state)
+    shown = (*VERDICT_KEYS[:-1], "n/a")  # what a verdict is shown as (repdegen.reproduce.results.claims.shown_state)
     for i, c in enumerate(claims):
         check_keys(c, {"shown": str, "mark": str}, error, {"state": str}, where=f"claims[{i}].")
         if c["shown"] not in shown:
@@ -541,7 +548,7 @@ def _files_line(out: Path, base: Path) -> str:
 
 
 def _make_it(t: TableInfo) -> str:
-    return (f"Not reproduced yet: `make reproduce-table TABLE={t.name} SCALE=lite` (or `python -m reproduce.table "
+    return (f"Not reproduced yet: `make reproduce-table TABLE={t.name} SCALE=lite` (or `repdegen table "
             f"table={t.name} scale=lite`; `SCALE=smoke` for a CPU check).")
 
 
@@ -624,9 +631,9 @@ def build_pages(results_dir: Path, tables: list[TableInfo], generated: str) -> d
 
     pages: dict[str, str] = {}
     lines = ["# Reproduced results", "",
-             "Generated by `python -m reproduce.report` from the files under `results/` (the tables as "
-             "`reproduce.table` rendered them; `make rerender` renders them again from a run ledger); "
-             "`python -m reproduce.report --check` tells whether these pages are up to date. Do not edit them by hand.",
+             "Generated by `repdegen report` from the files under `results/` (the tables as "
+             "`repdegen.reproduce.table` rendered them; `make rerender` renders them again from a run ledger); "
+             "`repdegen report --check` tells whether these pages are up to date. Do not edit them by hand.",
              "", GENERATED_PREFIX + generated, ""]
     if total:
         lines += [headline(total_counts, total), "",
@@ -682,7 +689,7 @@ def build_pages(results_dir: Path, tables: list[TableInfo], generated: str) -> d
 
 
 def _generated_line() -> str:
-    from core.provenance import git_commit, uncommitted_note
+    from repdegen.core.provenance import git_commit, uncommitted_note
 
     git = git_commit()
     commit = git["commit"][:10] + uncommitted_note(git)
@@ -718,7 +725,7 @@ def write_report(results_dir: Path, conf_dir: Path = CONF_DIR, written: list[str
     return results_dir / "README.md"
 
 
-STATUS_START, STATUS_END = "<!-- claims-status: written by python -m reproduce.report -->", "<!-- /claims-status -->"
+STATUS_START, STATUS_END = "<!-- claims-status: written by repdegen report -->", "<!-- /claims-status -->"
 
 
 def claims_headline(readme: str) -> str | None:
@@ -765,7 +772,7 @@ def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
     if headline and project.is_file() and STATUS_START in project.read_text() and headline not in project.read_text():
         diff.append(f"{project}: the claims status line is not {headline!r}")
     # repository paths named in results/*.md, README.md and docs/*.md that no longer exist
-    from reproduce.results.stale import check_stale_references
+    from repdegen.reproduce.results.stale import check_stale_references
 
     diff += check_stale_references(Path(results_dir), Path(conf_dir).resolve().parent)
     return diff
@@ -773,17 +780,17 @@ def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reproduce.report", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="repdegen report", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write results/README.md and the pages it links (a page per table, smoke.md, more.md): every\n"
                     "reproduced table and figure, from the files under results/. It composes and trains nothing.",
         epilog="""\
 examples:
-  python -m reproduce.report                 # write results/README.md from results/
-  python -m reproduce.report --check         # exit 1 if the pages under results/ are stale (CI)
+  repdegen report                 # write results/README.md from results/
+  repdegen report --check         # exit 1 if the pages under results/ are stale (CI)
   make rerender                              # render every table again from the ledger, then write the README
 
 where next:
-  results/README.md (every table and claim); python -m reproduce.table --help (makes and renders the tables;
+  results/README.md (every table and claim); repdegen table --help (makes and renders the tables;
   render_only=true renders from the ledger only); docs/claims.md, docs/cli.md (every entry point)""")
     parser.add_argument("--results", default="results", help="the results folder (default: results)")
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale; writes nothing")
@@ -797,7 +804,7 @@ where next:
         if args.check:
             diff = check_report(results)
             if diff:
-                print(f"repdegen: the pages under {args.results}/ are stale; run `python -m reproduce.report`:",
+                print(f"repdegen: the pages under {args.results}/ are stale; run `repdegen report`:",
                       file=sys.stderr)
                 print("\n".join(diff[:60]), file=sys.stderr)
                 return 1

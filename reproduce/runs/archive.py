@@ -2,7 +2,7 @@
 
 A paper-scale cell takes hours to days and its rows are built over sessions and machines; the ledger
 (``outputs/runs/``) is not committed and a work tree can be lost between sessions, and with it every record the
-committed rendering was made from (the rendering is then frozen: :func:`reproduce.runs.tables.render_latest` never
+committed rendering was made from (the rendering is then frozen: :func:`repdegen.reproduce.runs.tables.render_latest` never
 replaces it by one that lacks a complete cell). So a paper-scale rendering also writes, beside its table::
 
     results/tables/<table>/paper/records/<config hash>/result.json          the cell's run record, as in the ledger
@@ -17,7 +17,7 @@ trained since, its SVD-projection panel included. A restored run has no weights 
 leave it out, and say so. A figure that can no longer draw a row it drew before (a record archived before the
 projection was, a weights file lost with a work tree) is kept aside as drawn (:func:`keep_figure_aside`).
 
-Restoring is asked for, never done on its own: on a fresh clone ``python -m reproduce.table table=<t> scale=paper``
+Restoring is asked for, never done on its own: on a fresh clone ``repdegen table table=<t> scale=paper``
 trains every cell, as a user reproducing the table expects.
 """
 
@@ -31,9 +31,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from core.files import atomic_write_json
-from core.loaders import STATUS_COMPLETE, load_cells_json, load_checkpoint, load_run_record, load_tensor_file
-from reproduce.errors import CorruptFile, UserError
+from repdegen.core.files import atomic_write_json
+from repdegen.core.loaders import STATUS_COMPLETE, load_cells_json, load_checkpoint, load_run_record, load_tensor_file
+from repdegen.reproduce.errors import CorruptFile, UserError
 
 ARCHIVE_DIR = "records"
 # scales whose renderings keep their cells' records (a lite or smoke cell is re-trained in minutes to an hour)
@@ -111,12 +111,11 @@ def output_embedding(run_dir: Path, record: dict):
 
 
 def read_projection(path: Path, started):
-    """(the projection (N, 2) as :class:`analysis.embedding_figures.Projected`, the training counts, the run's start
+    """(the projection (N, 2) as :class:`repdegen.analysis.embedding_figures.Projected`, the training counts, the run's start
     time) kept at ``path``; None when there is none, it is of another run (``started`` given and not its start) or
     it cannot be read (a warning: a figure renders without it)."""
     import numpy as np
-
-    from analysis.embedding_figures import Projected
+    from repdegen.analysis.embedding_figures import Projected
 
     path = Path(path)
     if not path.is_file():
@@ -137,11 +136,10 @@ def read_projection(path: Path, started):
 
 def ensure_projection(run_dir: Path, record: dict) -> Path | None:
     """``run_dir/svd_projection.npz`` for the run ``record``: the one there when it is of this run (restored with the
-    record), else computed from the weights when they are here (:func:`analysis.embedding_figures.svd_projection`,
+    record), else computed from the weights when they are here (:func:`repdegen.analysis.embedding_figures.svd_projection`,
     the figure's own projection, in float32); None when neither is."""
     import numpy as np
-
-    from analysis.embedding_figures import svd_projection
+    from repdegen.analysis.embedding_figures import svd_projection
 
     path = Path(run_dir) / PROJECTION_FILE
     if read_projection(path, record.get("started")) is not None:
@@ -294,7 +292,7 @@ def keep_figure_aside(out: Path, shown: list[str], log=print) -> Path | None:
     """Before ``out/svd_projection.png`` is drawn again with the panels ``shown``: when the one there drew a panel
     that ``shown`` lacks (a row whose weights were lost with a work tree before its projection was kept, or whose
     record was recovered), move it, as it was drawn, to ``out/records/figures-<its last commit>/`` with its caption
-    in ``captions.json`` (what :func:`reproduce.results.report.kept_figures` shows); the folder, or None when
+    in ``captions.json`` (what :func:`repdegen.reproduce.results.report.kept_figures` shows); the folder, or None when
     nothing is lost. A figure already kept there is never overwritten."""
     png = Path(out) / "svd_projection.png"
     if not png.is_file() or not (Path(out) / "cells.json").is_file():
@@ -335,15 +333,14 @@ def recover_records(app, cells: list, parameters, log=print) -> list[Path]:
     its complete cells that have none: cells finished before renderings kept their records, whose ledger was lost
     (2026-11-27). Each holds what the rendering shows (the table's columns at each row's stage, the cell's
     provenance), the config that composes to its hash and ``parameters(cfg)`` (the parameter counts of the model
-    the config builds: ``reproduce.describe``'s), is marked ``recovered`` (from which file at which commit,
+    the config builds: ``repdegen.reproduce.describe``'s), is marked ``recovered`` (from which file at which commit,
     what was lost) and is rendered as such; the paths written. Nothing else is made up: a number the rendering does
     not hold stays missing."""
     import csv
 
     from omegaconf import OmegaConf
-
-    from reproduce.runs.execute import plain_config
-    from reproduce.settings.config import config_hash
+    from repdegen.reproduce.runs.execute import plain_config
+    from repdegen.reproduce.settings.config import config_hash
 
     out = Path(app.paths.tables_dir) / app.table.name / app.scale.name
     cells_json, table_csv = out / "cells.json", out / "table.csv"
@@ -419,7 +416,7 @@ def recover_records(app, cells: list, parameters, log=print) -> list[Path]:
 def claim_values(claims_json: Path, table) -> list[tuple[str, int, float]]:
     """(metric, row index, value) of each one-seed number a rendered ``claims.json`` decided a check on (a metric the
     table's columns do not show, such as a learning curve's mean, is kept there only)."""
-    from reproduce.results.claims import resolve_row
+    from repdegen.reproduce.results.claims import resolve_row
 
     data = _read_json(claims_json)
     out = []
@@ -457,11 +454,11 @@ def _parse_commit(text: str) -> dict:
 
 
 def _parse_hardware(text: str) -> dict:
-    """A rendered hardware line back into the record's fields :func:`core.provenance.hardware_summary` reads; an
+    """A rendered hardware line back into the record's fields :func:`repdegen.core.provenance.hardware_summary` reads; an
     error when it is not one of its two forms (it must render as it did)."""
     import re
 
-    from core.provenance import hardware_summary
+    from repdegen.core.provenance import hardware_summary
 
     cpu = re.fullmatch(r"CPU: (.*) x(\d+) threads \(torch (.+)\)", text)
     gpu = re.fullmatch(r"(.+) \(torch (.+)\)", text)

@@ -1,7 +1,7 @@
 """One run, end to end: :func:`train` trains (or finishes, or looks up) the run a :class:`RunSpec` describes, in the
 ledger (``<paths.runs_dir>/<config hash>/``), locked against a second process, resumable, under any launcher. The
-entry points call it: ``python -m reproduce.train`` (its Hydra app resolves the spec), a table cell's process
-(:mod:`reproduce.runs.launch`, which reads the spec its table wrote), a sweep's jobs.
+entry points call it: ``repdegen train`` (its Hydra app resolves the spec), a table cell's process
+(:mod:`repdegen.reproduce.runs.launch`, which reads the spec its table wrote), a sweep's jobs.
 """
 
 from __future__ import annotations
@@ -16,26 +16,25 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-
-from core.files import atomic_torch_save, remove_stale_temps
-from core.malloc import keep_freed_memory
-from core.provenance import command_line, git_commit, hardware
-from data import kinds as data_kinds
-from losses import build_objective
-from models import build_model, resolve_tie
-from reproduce.engine import distributed as dist
-from reproduce.engine.checkpoint import CORRUPT_CHECKPOINT_FIX
-from reproduce.engine.loggers import make_logger
-from reproduce.engine.tasks import check_world_size
-from reproduce.engine.trainer import Trainer
-from reproduce.errors import ConfigError, Preempted, SimulatedInterrupt, TrainingDiverged
-from reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
-from reproduce.settings.config import register_all
-from reproduce.settings.resolve import RunSpec, as_spec
+from repdegen.core.files import atomic_torch_save, remove_stale_temps
+from repdegen.core.malloc import keep_freed_memory
+from repdegen.core.provenance import command_line, git_commit, hardware
+from repdegen.data import kinds as data_kinds
+from repdegen.losses import build_objective
+from repdegen.models import build_model, resolve_tie
+from repdegen.reproduce.engine import distributed as dist
+from repdegen.reproduce.engine.checkpoint import CORRUPT_CHECKPOINT_FIX
+from repdegen.reproduce.engine.loggers import make_logger
+from repdegen.reproduce.engine.tasks import check_world_size
+from repdegen.reproduce.engine.trainer import Trainer
+from repdegen.reproduce.errors import ConfigError, Preempted, SimulatedInterrupt, TrainingDiverged
+from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, CorruptRecord, Ledger, RunLocked, check_torch_file
+from repdegen.reproduce.settings.config import register_all
+from repdegen.reproduce.settings.resolve import RunSpec, as_spec
 
 register_all()
 
-# `python -m reproduce.train` exits with EXIT_PREEMPTED (3) when a preemption signal (or
+# `repdegen train` exits with EXIT_PREEMPTED (3) when a preemption signal (or
 # trainer.stop_after_updates) stopped the run after its checkpoint: run it again to continue
 STATUS_PREEMPTED = "preempted"
 
@@ -90,7 +89,7 @@ def run_label(cfg: DictConfig) -> str:
 
 
 class RunLockedError(ConfigError):
-    """The run is being trained by another live process (``reproduce.runs.launch`` reports it as running
+    """The run is being trained by another live process (``repdegen.reproduce.runs.launch`` reports it as running
     elsewhere, not as failed)."""
 
     def __init__(self, message: str, holder: str):
@@ -270,7 +269,7 @@ def _train(cfg: DictConfig, h: str, ledger: Ledger) -> dict:
     ranks = f", {dist.world_size()} ranks" if dist.is_distributed() else ""
     dist.print_main(f"repdegen: {record['label']} [{h}] -> {run_dir} ({n_params:,} parameters, device {device}{ranks})",
                     flush=True)
-    update(trainer.state)  # the record from the start, so `reproduce.status` lists the run before its first epoch ends
+    update(trainer.state)  # the record from the start, so `repdegen.reproduce.status` lists the run before its first epoch ends
     try:
         stages = trainer.fit()
         not_finite = [k for k, v in stages.items() if not math.isfinite(v["valid_ppl"])]

@@ -1,16 +1,16 @@
 """Run many cells: on the local GPUs (one per GPU, large cells as one DDP job), on the CPU one at a
 time, or on a SLURM cluster through submitit.
 
-    python -m reproduce.table table=all scale=lite                       # every local GPU
-    python -m reproduce.table table=all scale=paper launch.gpus=[0,1,2,3]
-    python -m reproduce.table table=all scale=paper hydra/launcher=submitit_slurm \\
+    repdegen table table=all scale=lite                       # every local GPU
+    repdegen table table=all scale=paper launch.gpus=[0,1,2,3]
+    repdegen table table=all scale=paper hydra/launcher=submitit_slurm \\
         hydra.launcher.partition=gpu hydra.launcher.timeout_min=4320      # one SLURM job per cell
 
-A cell is one training config (``reproduce.runs.tables.Cell``). Each cell runs in its own process, so a
+A cell is one training config (``repdegen.reproduce.runs.tables.Cell``). Each cell runs in its own process, so a
 crash, an out-of-memory kill or a bug in one cell cannot take the others down:
 
-    python -m reproduce.runs.launch <runs_dir>/<hash>/cell.yaml               # one process
-    torchrun --standalone --nproc_per_node=K -m reproduce.runs.launch <cell.yaml>   # trainer.gpus = K > 1
+    python -m repdegen.reproduce.runs.launch <runs_dir>/<hash>/cell.yaml               # one process
+    torchrun --standalone --nproc_per_node=K -m repdegen.reproduce.runs.launch <cell.yaml>   # trainer.gpus = K > 1
 
 Its output goes to ``<runs_dir>/<hash>/train.log`` (appended, one header line per attempt). The exit
 status of that process says what happened (:data:`EXIT_OK`, ...). A cell is always started
@@ -20,13 +20,13 @@ Scheduling (:class:`LocalScheduler`): cells wait in order; a cell that wants ``t
 starts as soon as K GPUs are free (at most the number of GPUs there are, so the same table also runs
 on a smaller machine: the batch settings are global, so fewer ranks train the same model). Without
 GPUs, ``launch.parallel`` cells (default 1) run at a time on the CPU. Ctrl-C stops every cell (each
-writes a checkpoint at its next update, see ``reproduce.engine.trainer``) and the same command later
+writes a checkpoint at its next update, see ``repdegen.reproduce.engine.trainer``) and the same command later
 continues where they were.
 
 SLURM (:class:`SubmititScheduler`): one submitit job per cell, ``tasks_per_node`` = the cell's GPUs;
 the cluster parameters come from Hydra's submitit launcher config (``hydra/launcher=submitit_slurm``
 and its ``hydra.launcher.*`` keys), so they are set the way every Hydra user sets them. A job that
-reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``reproduce.engine.distributed``).
+reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``repdegen.reproduce.engine.distributed``).
 """
 
 from __future__ import annotations
@@ -43,22 +43,21 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from repdegen.core.loaders import load_run_record
+from repdegen.reproduce.engine.progress import is_terminal
+from repdegen.reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
+from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger
+from repdegen.reproduce.runs.status import _fmt_seconds, epoch_facts, progress_left, progress_where
 from tqdm import tqdm
 
-from core.loaders import load_run_record
-from reproduce.engine.progress import is_terminal
-from reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
-from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
-from reproduce.runs.status import _fmt_seconds, epoch_facts, progress_left, progress_where
-
-# what each exit status of `python -m reproduce.runs.launch <cell.yaml>` means for its cell (reproduce.errors)
+# what each exit status of `python -m repdegen.reproduce.runs.launch <cell.yaml>` means for its cell (repdegen.reproduce.errors)
 EXIT_NAMES = {EXIT_OK: "complete", EXIT_FAILED: "failed", EXIT_USER_ERROR: "failed (user error)",
               EXIT_PREEMPTED: "interrupted", EXIT_ELSEWHERE: "running elsewhere"}
 
 
 @dataclass
 class LaunchConfig:
-    """How ``reproduce.table`` runs the cells it has to run.
+    """How ``repdegen.reproduce.table`` runs the cells it has to run.
 
     ``backend``: ``auto`` (``slurm`` when ``hydra/launcher`` is a submitit launcher, else ``local``),
     ``local`` (a process per cell on this machine), ``slurm`` (submitit) or ``inline`` (in this
@@ -102,8 +101,8 @@ class Job:
 
 def write_cell_config(cfg: DictConfig, config_hash: str, runs_dir: str | Path) -> Path:
     """``<runs_dir>/<hash>/cell.yaml``: the finalized training config the cell's process runs
-    (:func:`reproduce.settings.resolve.write_cell`)."""
-    from reproduce.settings.resolve import RunSpec, write_cell
+    (:func:`repdegen.reproduce.settings.resolve.write_cell`)."""
+    from repdegen.reproduce.settings.resolve import RunSpec, write_cell
 
     return write_cell(RunSpec(cfg, config_hash), runs_dir)
 
@@ -120,7 +119,7 @@ def visible_gpus(requested: list[int] | None) -> list[int]:
         return list(range(n))
     bad = [g for g in requested if not 0 <= g < n]
     if bad:
-        from reproduce.errors import ConfigError
+        from repdegen.reproduce.errors import ConfigError
 
         raise ConfigError(f"launch.gpus={list(requested)} names GPU(s) {bad}, but this machine shows {n} "
                           f"GPU(s) (ids 0..{n - 1}); pass ids from that range, or leave launch.gpus unset for all")
@@ -230,8 +229,8 @@ class Progress:
 def cell_command(job: Job, gpu_ids: list[int], ddp: bool) -> list[str]:
     if ddp and len(gpu_ids) > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(gpu_ids)}",
-                "-m", "reproduce.runs.launch", str(job.cfg_path)]
-    return [sys.executable, "-m", "reproduce.runs.launch", str(job.cfg_path)]
+                "-m", "repdegen.reproduce.runs.launch", str(job.cfg_path)]
+    return [sys.executable, "-m", "repdegen.reproduce.runs.launch", str(job.cfg_path)]
 
 
 def cpu_threads_per_cell(parallel: int) -> int:
@@ -530,17 +529,17 @@ def run_cell(cfg_path: Path) -> int:
     """Train the cell of ``cfg_path`` (resuming it); the exit status says how it ended."""
     import traceback
 
-    from reproduce.engine import distributed as dist
-    from reproduce.errors import as_user_error, report_user_error
-    from reproduce.runs.execute import RunLockedError, train
-    from reproduce.settings.resolve import read_cell
+    from repdegen.reproduce.engine import distributed as dist
+    from repdegen.reproduce.errors import as_user_error, report_user_error
+    from repdegen.reproduce.runs.execute import RunLockedError, train
+    from repdegen.reproduce.settings.resolve import read_cell
 
     try:
         if not Path(cfg_path).is_file():
-            from reproduce.errors import ConfigError
+            from repdegen.reproduce.errors import ConfigError
 
             raise ConfigError(f"{cfg_path} does not exist; expected a cell config <runs_dir>/<hash>/cell.yaml as "
-                              f"reproduce.runs.tables writes it: give its path, or run the table")
+                              f"repdegen.reproduce.runs.tables writes it: give its path, or run the table")
         record = train(read_cell(cfg_path))  # the spec the table resolved: not composed or finalized again
     except RunLockedError as err:
         print(f"repdegen: {err}", file=sys.stderr, flush=True)
@@ -577,7 +576,7 @@ def make_scheduler(jobs: list[Job], launch, output_dir: Path, progress: bool = T
         if params is None:
             params = {"_cluster": "slurm"}
         return SubmititScheduler(jobs, launch, params, Path(output_dir) / "submitit", progress)
-    from reproduce.errors import ConfigError
+    from repdegen.reproduce.errors import ConfigError
 
     raise ConfigError(f"launch.backend={backend!r} is not one of {', '.join(BACKENDS)}; set launch.backend=local")
 
@@ -600,8 +599,8 @@ def last_error_line(log_path: Path, tail_bytes: int = 65536) -> str | None:
 def validate_launch(launch) -> None:
     """The ``launch`` settings in their domains, checked before anything is registered or run: one ConfigError
     naming the key, the value, what is expected and a value that fits."""
-    from reproduce.errors import ConfigError
-    from reproduce.settings.domains import check_domains
+    from repdegen.reproduce.errors import ConfigError
+    from repdegen.reproduce.settings.domains import check_domains
 
     if launch.backend not in BACKENDS:
         raise ConfigError(f"launch.backend={launch.backend!r} is not one of {', '.join(BACKENDS)}; set "
@@ -635,7 +634,7 @@ def jobs_for(cells, runs_dir: str | Path, tables_of: dict[str, list[str]] | None
 
 def main() -> None:
     if len(sys.argv) != 2:
-        print("usage: python -m reproduce.runs.launch <runs_dir>/<hash>/cell.yaml", file=sys.stderr)
+        print("usage: python -m repdegen.reproduce.runs.launch <runs_dir>/<hash>/cell.yaml", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     sys.exit(run_cell(Path(sys.argv[1])))
 

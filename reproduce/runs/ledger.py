@@ -6,7 +6,7 @@
     <runs_dir>/<hash>/best.pt         weights with the best validation loss
 
 Every file is written to a temporary name in the same directory and renamed over the old one
-(:mod:`core.files`), so a reader (or a killed writer) never sees half a file. A process training a run holds an exclusive
+(:mod:`repdegen.core.files`), so a reader (or a killed writer) never sees half a file. A process training a run holds an exclusive
 ``flock`` on ``<runs_dir>/<hash>/.lock`` (:meth:`Ledger.lock`), so two schedulers, sweeps or users
 that ask for the same config never train it at once; the lock dies with its process.
 """
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.files import atomic_write_json
-from core.loaders import STATUS_COMPLETE, CorruptRecord, check_torch_file, load_checkpoint, load_run_record  # noqa: F401 (re-exported)
+from repdegen.core.files import atomic_write_json
+from repdegen.core.loaders import STATUS_COMPLETE, CorruptRecord, check_torch_file, load_checkpoint, load_run_record  # noqa: F401 (re-exported)
 
 __all__ = ["CorruptRecord", "check_torch_file", "load_torch_file", "read_record", "Ledger", "RunLocked"]
 
@@ -36,7 +36,7 @@ FIX_CORRUPT_RENDER = ("run the same command without render_only=true to move it 
 
 
 class RunLocked(Exception):
-    """Another live process holds the run's lock (``reproduce.train`` turns this into a UserError)."""
+    """Another live process holds the run's lock (``repdegen.reproduce.train`` turns this into a UserError)."""
 
     def __init__(self, run_dir: Path, holder: str):
         super().__init__(f"{run_dir} is being trained by another process ({holder})")
@@ -45,12 +45,12 @@ class RunLocked(Exception):
 
 def read_record(path: Path, fix: str) -> dict:
     """A run record from ``path``; :class:`CorruptRecord` (naming the file, and ``fix``) when it is not one
-    (:func:`core.loaders.load_run_record`)."""
+    (:func:`repdegen.core.loaders.load_run_record`)."""
     return load_run_record(path, fix)
 
 
 def load_torch_file(path: Path, what: str, fix: str, map_location="cpu") -> Any:
-    """``torch.load`` of a checkpoint or weights file (:func:`core.loaders.load_checkpoint`)."""
+    """``torch.load`` of a checkpoint or weights file (:func:`repdegen.core.loaders.load_checkpoint`)."""
     return load_checkpoint(path, what, fix, map_location=map_location)
 
 

@@ -1,6 +1,6 @@
 """Pre-registration: a table's claims, margins, seeds and cells are fixed before its cells run, and a rendering can tell.
 
-``reproduce.table`` (and ``register_only=true``, which runs nothing) records, before it launches any cell, in
+``repdegen.reproduce.table`` (and ``register_only=true``, which runs nothing) records, before it launches any cell, in
 ``<tables_dir>/<table>/<scale>/registration.json``:
 
 - each claim's **definition hash** (its text, checks with their stated margins, scales, n/a reasons and the
@@ -25,8 +25,8 @@ import json
 import os
 from pathlib import Path
 
-from core.files import atomic_write_json
-from reproduce.results.claims import stated_margin
+from repdegen.core.files import atomic_write_json
+from repdegen.reproduce.results.claims import stated_margin
 
 FILE = "registration.json"
 
@@ -37,7 +37,7 @@ def claim_hash(claim, seeds: list, scale: str | None = None, analyses=None) -> s
     and the seeds it is judged over; for a claim on metrics of the table's ``analyses`` (reproduce/runs/trained.py),
     their settings (e.g. how many continuations). An n/a reason at another scale is not part of it: editing lite's
     reason does not touch a paper verdict."""
-    from reproduce.runs.trained import analyses_read
+    from repdegen.reproduce.runs.trained import analyses_read
 
     checks = []
     for c in claim.checks:
@@ -72,15 +72,15 @@ def path_of(tables_dir, table: str, scale: str) -> Path:
 def load(path: Path) -> dict:
     """The registration at ``path`` (an empty one when there is none); a file that is not one is an error that
     names it."""
-    from core.loaders import load_registration
-    from reproduce.errors import UserError
+    from repdegen.core.loaders import load_registration
+    from repdegen.reproduce.errors import UserError
 
     if not path.exists():
         return {"claims": {}, "cells": {}}
     try:
         return load_registration(path)
     except OSError as err:  # a folder, unreadable
-        raise UserError(f"{path}: not a registration file ({err}); expected the JSON object reproduce.table writes; "
+        raise UserError(f"{path}: not a registration file ({err}); expected the JSON object repdegen.reproduce.table writes; "
                         f"restore it from git (git checkout -- {path})") from None
 
 

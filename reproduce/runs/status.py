@@ -3,8 +3,8 @@ ones too), with its epoch, best validation PPL, how many epochs since that best 
 patience), the time an epoch takes and the time left at most, and how to continue a run that stopped.
 
 It reads ``<runs_dir>/<hash>/result.json`` (written at its start and rewritten after every epoch) and asks each run's lock
-(:meth:`reproduce.runs.ledger.Ledger.holder`) whether a live process trains it; it writes nothing, so it is safe
-beside running cells (``python -m reproduce.status``). A record that cannot be read, or whose fields are not of their
+(:meth:`repdegen.reproduce.runs.ledger.Ledger.holder`) whether a live process trains it; it writes nothing, so it is safe
+beside running cells (``repdegen status``). A record that cannot be read, or whose fields are not of their
 types (:func:`check_progress`), is listed as one line naming the file, the field and its value, and how to recover it;
 the other runs are listed on, and the exit status is then 2.
 """
@@ -19,22 +19,22 @@ import statistics
 import sys
 from pathlib import Path
 
-from core.errors import CorruptFile
-from core.files import output_problem
-from reproduce.errors import EXIT_USER_ERROR
-from reproduce.runs.archive import kept_recovered
-from reproduce.runs.ledger import STATUS_COMPLETE, Ledger, read_record
+from repdegen.core.errors import CorruptFile
+from repdegen.core.files import output_problem
+from repdegen.reproduce.errors import EXIT_USER_ERROR
+from repdegen.reproduce.runs.archive import kept_recovered
+from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger, read_record
 
 EPILOG = """\
 examples:
-  python -m reproduce.status                          # runs training, stopped or failed in outputs/runs
-  python -m reproduce.status --scale paper --all      # every paper-scale run, complete ones included
-  python -m reproduce.status --json                   # the same facts, one JSON object per run
-  python -m reproduce.status --plot outputs/curves.png  # and their learning curves so far
+  repdegen status                          # runs training, stopped or failed in outputs/runs
+  repdegen status --scale paper --all      # every paper-scale run, complete ones included
+  repdegen status --json                   # the same facts, one JSON object per run
+  repdegen status --plot outputs/curves.png  # and their learning curves so far
   make status
 
 where next:
-  python -m reproduce.table --help (a table's cells and their progress); docs/cli.md (every entry point);
+  repdegen table --help (a table's cells and their progress); docs/cli.md (every entry point);
   docs/compute.md (what a table costs on this CPU)"""
 
 
@@ -46,7 +46,7 @@ def _fmt_seconds(s: float) -> str:
 def record_fix(run_dir: Path) -> str:
     """How to recover a run whose ``result.json`` is corrupt."""
     return (f"restore it from a copy, or move {run_dir} aside and train the run again (rerun its table cell, or its "
-            f"python -m reproduce.train command)")
+            f"repdegen train command)")
 
 
 # what epoch_facts and the listing read of a record, and their domains: (types, the expected words, lowest value)
@@ -236,8 +236,8 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
         state = run_state(record, ledger.holder(run_dir.name))
         resume = None
         if state in ("stopped", "preempted", "interrupted", "failed"):
-            resume = f"python -m reproduce.runs.launch {run_dir / 'cell.yaml'}" if (run_dir / "cell.yaml").is_file() \
-                else f"python -m reproduce.train ... trainer.resume=true (the command in {run_dir / 'result.json'})"
+            resume = f"python -m repdegen.reproduce.runs.launch {run_dir / 'cell.yaml'}" if (run_dir / "cell.yaml").is_file() \
+                else f"repdegen train ... trainer.resume=true (the command in {run_dir / 'result.json'})"
         rows.append({"hash": run_dir.name, "label": record.get("label", "?"), "scale": record.get("scale", "?"),
                      "state": state, "facts": facts, "resume": resume, "running_s": since_start(record),
                      "paper_valid_ppl": paper_valid_targets(record, tables_dir),
@@ -256,7 +256,7 @@ def _final_ppls(record: dict) -> str:
 
 def restored_line(record: dict, run_dir: Path) -> str | None:
     """How a run restored from a table's archived records is listed (reproduce/runs/archive.py); None for the others."""
-    from reproduce.runs.archive import restored_from
+    from repdegen.reproduce.runs.archive import restored_from
 
     source = restored_from(run_dir)
     if source is None:
@@ -340,8 +340,8 @@ def paper_valid_targets(record: dict, tables_dir: str | Path = "results/tables",
     serves), and the rows' paper ``valid_ppl`` read from ``conf/table/<table>.yaml`` (rows of the final stage only:
     the first-session, finetuning and cache rows are other stages of the same run). One number when the rows agree;
     else, or for a run no table registered, None."""
-    from reproduce.runs.registration import row_name
-    from reproduce.settings.config import CONF_DIR
+    from repdegen.reproduce.runs.registration import row_name
+    from repdegen.reproduce.settings.config import CONF_DIR
 
     if record.get("scale") != "paper" or not record.get("config_hash"):
         return None
@@ -364,10 +364,10 @@ def paper_valid_targets(record: dict, tables_dir: str | Path = "results/tables",
 
 def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path, tables_dir: str | Path = "results/tables"
               ) -> Path | None:
-    """The runs' learning curves so far (analysis.figures.plot_validation_curves: one line a run, re-training
+    """The runs' learning curves so far (repdegen.analysis.figures.plot_validation_curves: one line a run, re-training
     sessions dotted, training PPL faint; a paper-scale run's paper validation PPL as a line across,
     :func:`paper_valid_targets`); None (and a line saying so) when no run has finished an epoch."""
-    from analysis.figures import plot_validation_curves
+    from repdegen.analysis.figures import plot_validation_curves
 
     ledger = Ledger(runs_dir)
     series, targets = [], {}
@@ -389,7 +389,7 @@ def plot_runs(runs_dir: str | Path, rows: list[dict], path: str | Path, tables_d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m reproduce.status", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="repdegen status", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="What the run ledger holds now: the runs training, stopped part-way or failed, each with its\n"
                     "epoch, best validation PPL, epochs since it (early stopping's patience), time an epoch and time\n"
                     "left, and how to continue it. It reads the ledger only (safe beside running cells).",

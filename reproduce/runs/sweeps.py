@@ -1,24 +1,26 @@
 """Aggregate a Hydra multirun (a sweep) into a table and one plot per metric.
 
-    python -m reproduce.aggregate outputs/multirun/2026-01-31/12-00-00
-    python -m reproduce.aggregate DIR1 DIR2 --out results/sweeps/agg_alpha --metrics test_ppl,uniq,isotropy
-    python -m reproduce.aggregate DIR --stage cache          # AWD-LSTM: the cache-pointer stage's PPL
+    repdegen aggregate outputs/multirun/2026-01-31/12-00-00
+    repdegen aggregate DIR1 DIR2 --out results/sweeps/agg_alpha --metrics test_ppl,uniq,isotropy
+    repdegen aggregate DIR --stage cache          # AWD-LSTM: the cache-pointer stage's PPL
 
 Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml``: what the job was asked for.
-A sweep is a list of cells like a table: each job's overrides are composed as ``reproduce.train`` composes them
-(``reproduce.settings.config.compose_preset``), and its run is found in the ledger by config hash. The swept keys are the
+A sweep is a list of cells like a table: each job's overrides are composed as ``repdegen.reproduce.train`` composes them
+(``repdegen.reproduce.settings.config.compose_preset``), and its run is found in the ledger by config hash. The swept keys are the
 overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept key (``--replicate``). Keys
-that do not change the experiment (``paths``, ``trainer.progress``..., see :data:`reproduce.settings.config.HASH_EXCLUDED`)
+that do not change the experiment (``paths``, ``trainer.progress``..., see
+:data:`repdegen.reproduce.settings.config.HASH_EXCLUDED`)
 and ``hydra.*`` are never swept keys. Jobs are grouped by their swept values; per group: the number of runs and the
 mean and sample standard deviation (ddof = 1; none for a single run) of each metric of the ledger's
 ``result.json`` (``metrics.<stage>``). Written to ``--out`` (default: the first DIR):
 
-* ``aggregate.md``    the table, by the tables' renderer (``reproduce.results.render``; ours only, mean±sd), the jobs that
+* ``aggregate.md``    the table, by the tables' renderer (``repdegen.reproduce.results.render``; ours only, mean±sd), the jobs
+that
   are not complete, and every job
 * ``aggregate.csv``   one row per swept value: n, seeds, ``<metric>_mean``, ``<metric>_std``
 * ``aggregate.json``  the same plus each run's values, config hashes and job folders
 * ``aggregate_<metric>.png``  the metric against the swept value, error bars = std over seeds
-  (:func:`analysis.sweep_figures.plot_sweep_metric`; Yu et al. 2022 Fig. 5)
+  (:func:`repdegen.analysis.sweep_figures.plot_sweep_metric`; Yu et al. 2022 Fig. 5)
 
 A job whose ledger run is missing or not ``complete`` is listed with the reason (its ``failure.json`` when it
 raised, the ledger record's error), never dropped silently. Two jobs of the same ledger run (same config hash, e.g.
@@ -40,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.files import output_problem
-from reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
-from reproduce.settings.config import HASH_EXCLUDED
+from repdegen.core.files import output_problem
+from repdegen.reproduce.errors import FAILURE_NOTE, UserError, exit_on_user_error, write_failure_note
+from repdegen.reproduce.settings.config import HASH_EXCLUDED
 
 DEFAULT_METRICS = ("valid_ppl", "test_ppl", "isotropy")
 # added to the defaults when some run has them (Yu et al. 2022 Fig. 5 plots PPL, Uniq and I(W))
@@ -131,9 +133,10 @@ def _job_runs_dir(job_dir: Path, cfg) -> Path:
 
 def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) -> tuple[str, Path]:
     """(config hash, ledger folder) of a job that did not record its spec (a sweep run before jobs did): its
-    overrides resolved as ``reproduce.train`` resolves them (:func:`reproduce.settings.resolve.resolve`), so its run is
+    overrides resolved as ``repdegen.reproduce.train`` resolves them (:func:`repdegen.reproduce.settings.resolve.resolve`), so
+    its run is
     found in the ledger by hash like a table's cells. Raises what composition raises."""
-    from reproduce.settings.resolve import resolve
+    from repdegen.reproduce.settings.resolve import resolve
 
     spec = resolve(list(overrides))
     cfg, h = spec.cfg, spec.config_hash
@@ -141,9 +144,9 @@ def compose_job(job_dir: Path, overrides: Sequence[str], runs_dir: Path | None) 
 
 
 def _recorded_spec(job_dir: Path) -> dict | None:
-    """The spec a job recorded (``reproduce.settings.resolve.record_job_spec``), or None for an older job."""
-    from core.loaders import load_job_spec
-    from reproduce.settings.resolve import JOB_SPEC
+    """The spec a job recorded (``repdegen.reproduce.settings.resolve.record_job_spec``), or None for an older job."""
+    from repdegen.core.loaders import load_job_spec
+    from repdegen.reproduce.settings.resolve import JOB_SPEC
 
     path = job_dir / JOB_SPEC
     return load_job_spec(path) if path.is_file() else None
@@ -152,7 +155,7 @@ def _recorded_spec(job_dir: Path) -> dict | None:
 def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     """Read one job folder: its overrides, the ledger run they compose to (by config hash), and why it failed
     when it did (its failure note, else the ledger record's error)."""
-    from core.loaders import load_failure_note, load_overrides, load_run_record
+    from repdegen.core.loaders import load_failure_note, load_overrides, load_run_record
 
     overrides = load_overrides(job_dir / ".hydra" / "overrides.yaml")
     job = Job(dir=job_dir, overrides=[str(o) for o in overrides], params=parse_overrides(overrides))
@@ -160,7 +163,7 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     failure = load_failure_note(note) if note.is_file() else {}
     recorded = _recorded_spec(job_dir)
     try:
-        if recorded:  # the job recorded its spec (reproduce.train, since issue 24): nothing to compose
+        if recorded:  # the job recorded its spec (repdegen.reproduce.train, since issue 24): nothing to compose
             job.config_hash, runs = recorded["config_hash"], Path(runs_dir or recorded["runs_dir"])
         else:  # a sweep run before jobs recorded their spec
             job.config_hash, runs = compose_job(job_dir, job.overrides, runs_dir)
@@ -203,7 +206,7 @@ def load_jobs(sweep_dirs: Sequence[Path], stage: str = "final", runs_dir: Path |
         if not found:
             raise AggregateError(
                 f"{d} holds no Hydra jobs (no <job>/.hydra/overrides.yaml below it); expected the folder of a "
-                f"multirun (python -m reproduce.train -m ..., or make sweep-alpha / sweep-gamma): pass that folder, "
+                f"multirun (repdegen train -m ..., or make sweep-alpha / sweep-gamma): pass that folder, "
                 f"not its parent's parent or a ledger run folder (outputs/runs/<hash>)")
         jobs.extend(load_job(j, stage, runs_dir) for j in found)
     # the same ledger run reached from two jobs counts once; a failed job run again successfully is superseded
@@ -377,7 +380,7 @@ def aggregate(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None = 
     dirs = [Path(d) for d in sweep_dirs]
     if not dirs:
         raise AggregateError("no sweep directory given; expected one or more multirun folders: "
-                             "python -m reproduce.aggregate outputs/multirun/<date>/<time>")
+                             "repdegen aggregate outputs/multirun/<date>/<time>")
     jobs = load_jobs(dirs, stage, Path(runs_dir) if runs_dir else None)
     finished = [j.record for j in jobs if j.record is not None and j.record.get("status") == "complete"]
     if finished and not any(stage in r.get("metrics", {}) for r in finished):
@@ -401,7 +404,7 @@ def aggregate(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None = 
 
 
 def _metric_label(metric: str) -> str:
-    from reproduce.results.metrics import label
+    from repdegen.reproduce.results.metrics import label
 
     return label(metric)
 
@@ -411,8 +414,8 @@ def _one_line(text: str | None) -> str:
 
 
 def _meta(agg: Aggregate) -> dict:
-    from core.provenance import hardware_summary, uncommitted_note
-    from reproduce.runs.launch import _fmt_seconds
+    from repdegen.core.provenance import hardware_summary, uncommitted_note
+    from repdegen.reproduce.runs.launch import _fmt_seconds
 
     complete = [j for j in agg.jobs if j.record is not None and j.status == "complete" and j.superseded_by is None]
     labels = sorted({j.record.get("label", "?") for j in complete})
@@ -428,10 +431,11 @@ def _meta(agg: Aggregate) -> dict:
 
 
 def rendered_rows(agg: Aggregate):
-    """The sweep as the tables' rows (``reproduce.results.render.RenderedRow``): one per swept value (labelled by the values,
+    """The sweep as the tables' rows (``repdegen.reproduce.results.render.RenderedRow``): one per swept value (labelled by the
+    values,
     "0.03" or "0.03 / agg" for two swept keys), ours = the mean over its runs, ± the sample sd, the config hashes of
     its runs."""
-    from reproduce.results.render import RenderedRow
+    from repdegen.reproduce.results.render import RenderedRow
 
     rows = []
     for row in agg.rows:
@@ -488,9 +492,10 @@ def to_csv(agg: Aggregate) -> str:
 
 
 def to_markdown(agg: Aggregate, figures: Sequence[Path] = ()) -> str:
-    """The sweep's table through the tables' renderer (``reproduce.results.render.to_markdown``, our numbers only), then the
+    """The sweep's table through the tables' renderer (``repdegen.reproduce.results.render.to_markdown``, our numbers only), then
+    the
     jobs that are not complete, the Optuna study, the figures and every job."""
-    from reproduce.results.render import to_markdown as render_table
+    from repdegen.reproduce.results.render import to_markdown as render_table
 
     meta = _meta(agg)
     swept = ", ".join(f"`{k}`" for k in agg.swept) or "nothing (every job has the same overrides apart from the seed)"
@@ -543,7 +548,7 @@ def to_markdown(agg: Aggregate, figures: Sequence[Path] = ()) -> str:
 def plot(agg: Aggregate, out_dir: Path) -> list[Path]:
     """One PNG per metric: the metric against the first numeric swept key, one curve per value of the
     other swept keys; rows where that key is not set are drawn as horizontal lines (e.g. an MLE baseline)."""
-    from analysis.sweep_figures import SweepSeries, plot_sweep_metric
+    from repdegen.analysis.sweep_figures import SweepSeries, plot_sweep_metric
 
     if not agg.rows:
         return []
@@ -588,7 +593,7 @@ def plot(agg: Aggregate, out_dir: Path) -> list[Path]:
 
 def write(agg: Aggregate, out_dir: str | Path) -> list[Path]:
     """Write aggregate.md / .csv / .json and the figures into ``out_dir``; return the paths written."""
-    from core.files import atomic_write_bytes
+    from repdegen.core.files import atomic_write_bytes
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -636,7 +641,7 @@ class AggregateCallback(_HydraCallback):
     gets a ``failure.json`` with the error, so the aggregate says why.
 
     Hydra calls ``on_multirun_end`` only when every job succeeded (its sweeper re-raises a job's error
-    first); after a failed sweep run ``python -m reproduce.aggregate <sweep dir>``, which ``make
+    first); after a failed sweep run ``repdegen aggregate <sweep dir>``, which ``make
     sweep-*`` does for you."""
 
     def __init__(self, metrics: Sequence[str] | None = None, stage: str = "final",
@@ -674,7 +679,7 @@ def _comma_list(text: str) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m reproduce.aggregate", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="repdegen aggregate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="Hydra multirun folder(s) (hydra.sweep.dir)")
     p.add_argument("--out", help="where to write aggregate.* and the figures (default: the first DIR)")

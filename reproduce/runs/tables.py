@@ -1,22 +1,22 @@
 """Regenerate paper tables: run the cells that are missing from the ledger, then render.
 
-    python -m reproduce.table table=inan2017_t1 scale=smoke
-    python -m reproduce.table table=all scale=lite                  # every table, on all local GPUs
-    python -m reproduce.table table=yu2022_t1,yu2022_t3 scale=lite  # a list
-    python -m reproduce.table table=gao2019_t1 scale=lite trainer.device=cuda   # any training-config
+    repdegen table table=inan2017_t1 scale=smoke
+    repdegen table table=all scale=lite                  # every table, on all local GPUs
+    repdegen table table=yu2022_t1,yu2022_t3 scale=lite  # a list
+    repdegen table table=gao2019_t1 scale=lite trainer.device=cuda   # any training-config
                                                                                # override goes to every cell
-    python -m reproduce.table table=all scale=paper hydra/launcher=submitit_slurm hydra.launcher.partition=gpu
+    repdegen table table=all scale=paper hydra/launcher=submitit_slurm hydra.launcher.partition=gpu
     make reproduce-table TABLE=inan2017_t1 SCALE=lite
 
 A table (``conf/table/<name>.yaml``) lists rows; a row names an experiment preset plus overrides
-and carries the paper's numbers. Each row becomes a cell: the config ``reproduce.train`` would
+and carries the paper's numbers. Each row becomes a cell: the config ``repdegen.reproduce.train`` would
 compose from ``experiment=<row.experiment> scale=<scale> <row.overrides>``. Cells whose config hash
 is complete in the ledger are not run again; unfinished ones resume from their checkpoint; a failed
 cell is reported with its log path and does not stop the others; the exit status is 0 only when
 every cell completed (1: some did not; 2: a user error, nothing run; 130: interrupted; see
-``reproduce.errors``). A cell another process is training is shown as running elsewhere and waited
+``repdegen.reproduce.errors``). A cell another process is training is shown as running elsewhere and waited
 for. Cells shared by several tables run once. How cells run (a process per cell on
-the local GPUs or CPU, DDP for large cells, SLURM through submitit) is ``reproduce.runs.launch``
+the local GPUs or CPU, DDP for large cells, SLURM through submitit) is ``repdegen.reproduce.runs.launch``
 (``launch.*`` keys). Output: ``<paths.tables_dir>/<table>/<scale>/`` (``table.md``, ``table.csv``,
 ``table.tex``, ``cells.json``, and ``curves.png``: validation PPL per epoch of every cell, plus
 the embedding figures).
@@ -39,12 +39,11 @@ from typing import Any
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
-
-from analysis.figures import plot_validation_curves
-from core.files import atomic_write_bytes, atomic_write_json
-from core.loaders import load_cells_json
-from core.provenance import command_line, git_commit, hardware_summary, only_results_changed
-from reproduce.errors import (
+from repdegen.analysis.figures import plot_validation_curves
+from repdegen.core.files import atomic_write_bytes, atomic_write_json
+from repdegen.core.loaders import load_cells_json
+from repdegen.core.provenance import command_line, git_commit, hardware_summary, only_results_changed
+from repdegen.reproduce.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USER_ERROR,
@@ -54,9 +53,9 @@ from reproduce.errors import (
     exit_on_user_error,
     report_user_error,
 )
-from reproduce.results.claims import Claim, validate_claims
-from reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from reproduce.runs.archive import (
+from repdegen.reproduce.results.claims import Claim, validate_claims
+from repdegen.reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
+from repdegen.reproduce.runs.archive import (
     ARCHIVE_DIR,
     ARCHIVED_SCALES,
     archive_records,
@@ -70,11 +69,11 @@ from reproduce.runs.archive import (
     standing_record,
     svd_caption,
 )
-from reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
-from reproduce.runs.ledger import STATUS_COMPLETE, Ledger
-from reproduce.runs.trained import ANALYSIS_METRICS, analysis_values, run_analyses
-from reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
-from reproduce.settings.resolve import compose, resolve
+from repdegen.reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
+from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger
+from repdegen.reproduce.runs.trained import ANALYSIS_METRICS, analysis_values, run_analyses
+from repdegen.reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
+from repdegen.reproduce.settings.resolve import compose, resolve
 
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
@@ -188,7 +187,7 @@ class Cell:
     config_hash: str
     # the seed this cell runs (None: the preset's)
     seed: int | None = None
-    # what composes it: reproduce.train experiment=<experiment> <overrides> (the first row's)
+    # what composes it: repdegen.reproduce.train experiment=<experiment> <overrides> (the first row's)
     experiment: str | None = None
     overrides: list[str] = field(default_factory=list)
 
@@ -207,8 +206,9 @@ def runs_at(row, scale: str) -> bool:
 
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
-    """The config ``reproduce.train experiment=... <overrides>`` would run, before it is finalized (the preset's
-    sections for its objective and scale included; the overrides win over them): :func:`reproduce.settings.resolve.compose`."""
+    """The config ``repdegen.reproduce.train experiment=... <overrides>`` would run, before it is finalized (the preset's
+    sections for its objective and scale included; the overrides win over them):
+    :func:`repdegen.reproduce.settings.resolve.compose`."""
     return compose([f"experiment={experiment}", *overrides])[0]
 
 
@@ -245,7 +245,7 @@ def expand_cells(app: DictConfig) -> list[Cell]:
 
 def run_cells(cells: list[Cell], ledger: Ledger, app: DictConfig | None = None,
               tables_of: dict[str, list[str]] | None = None) -> dict[str, str]:
-    """Run every cell not complete in the ledger (``reproduce.runs.launch``); return {hash: status}."""
+    """Run every cell not complete in the ledger (``repdegen.reproduce.runs.launch``); return {hash: status}."""
     launch = app.launch if app is not None else OmegaConf.structured(LaunchConfig)
     # first: a repairing ledger moves corrupt records aside, so their cells count as not run
     status = {c.config_hash: STATUS_COMPLETE for c in cells if ledger.is_complete(c.config_hash)}
@@ -279,7 +279,7 @@ def run_label_of(rows, indices: list[int]) -> str:
 
 def _cell_values(record: dict, stage: str) -> dict[str, float | None]:
     """A complete cell's numbers at a row's stage: every metric the stage recorded, and ``params``."""
-    from analysis.record_metrics import derived_metrics
+    from repdegen.analysis.record_metrics import derived_metrics
 
     recorded = record["metrics"].get(stage, {})
     values = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
@@ -355,7 +355,7 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
 
 def attach_baselines(table, rows: list[RenderedRow]) -> None:
     """Each run row's baseline row (``extra["baseline"]``: its index), for the smoke/lite view."""
-    from reproduce.results.claims import resolve_row
+    from repdegen.reproduce.results.claims import resolve_row
 
     for i, row in enumerate(table.rows):
         ref = row.get("baseline") or table.get("baseline")
@@ -366,7 +366,7 @@ def attach_baselines(table, rows: list[RenderedRow]) -> None:
 
 
 def claim_inputs(table, rows: list[RenderedRow]) -> tuple[dict[int, dict], dict[int, dict]]:
-    """(ours, paper) for reproduce.results.claims.evaluate_claims: ours[row][seed] = metrics or None."""
+    """(ours, paper) for repdegen.reproduce.results.claims.evaluate_claims: ours[row][seed] = metrics or None."""
     ours = {i: r.extra.get("seeds", {}) for i, r in enumerate(rows)}
     paper = {i: dict(r.paper) for i, r in enumerate(rows)}
     add_gains(rows, ours, paper)
@@ -415,12 +415,12 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
       with its record, are here) projected on its top-2 singular directions, coloured by frequency group, one panel
       per row on the same axis limits (Gao Figs 1(a), 2(a); Yu Figs 1, 3). The per-row ``svd_<k>.png`` of earlier
       renderings are removed; one that drew a row this one cannot is kept aside as drawn
-      (:func:`reproduce.runs.archive.keep_figure_aside`).
+      (:func:`repdegen.reproduce.runs.archive.keep_figure_aside`).
     """
-    from analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projections
-    from analysis.figures import Seeds, row_colors, row_name
-    from losses import OBJECTIVES
-    from reproduce.results.metrics import label as metric_label
+    from repdegen.analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projections
+    from repdegen.analysis.figures import Seeds, row_colors, row_name
+    from repdegen.losses import OBJECTIVES
+    from repdegen.reproduce.results.metrics import label as metric_label
 
     rows: dict[tuple[str | None, str], list[dict]] = {}
     for r in records:
@@ -528,8 +528,8 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
     """Mark each verdict that is not a pre-registered one (``Verdict.registration``, rendered ⚠): its claim's
     definition or a cell it read was registered after the cell started, or a cell it waits for replaces a
     registered cell that ran with another config (reproduce/runs/registration.py)."""
-    from reproduce.results.claims import NA, UNDECIDED, resolve_row, shown_state
-    from reproduce.runs import registration
+    from repdegen.reproduce.results.claims import NA, UNDECIDED, resolve_row, shown_state
+    from repdegen.reproduce.runs import registration
 
     t, scale = app.table, app.scale.name
     reg = registration.load(registration.path_of(app.paths.tables_dir, t.name, scale))
@@ -577,7 +577,7 @@ def paper_valid_lines(rows, records: list[dict], scale: str) -> dict[tuple[str |
 
 
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None) -> Path:
-    from reproduce.results.claims import (
+    from repdegen.reproduce.results.claims import (
         claims_console,
         claims_csv,
         claims_latex,
@@ -656,7 +656,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     cells_record = {"table": t.name, "scale": scale, "command": this_command,
                     "meta": meta, "cells": cells_out, "figures": figure_captions}
     if app.render_only:
-        default = f"python -m reproduce.table table={t.name} scale={scale}"
+        default = f"repdegen table table={t.name} scale={scale}"
         cells_record["command"] = training_command(out / "cells.json") or default
         cells_record["rendered_by"] = this_command
     kept = unchanged_generated(out / "cells.json", cells_record)
@@ -793,7 +793,7 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
         # cells the ledger holds unfinished (restore=true skips them)
         held = {h for h in lacking if ledger is not None and (ledger.run_dir(h) / "result.json").exists()}
         kept = (lacking - held) & set(archived_records(Path(app.paths.tables_dir)))
-        restore = (f"python -m reproduce.table table={app.table.name} scale={app.scale.name} render_only=true "
+        restore = (f"repdegen table table={app.table.name} scale={app.scale.name} render_only=true "
                    f"restore=true")
         if there > ours:
             print(f"repdegen: {out} already holds a more complete rendering ({len(there)}/{len(cells)} cells complete, "
@@ -801,7 +801,7 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
                       f". The ledger lacks {len(kept)} of its cells whose run records are committed with the tables: "
                       f"to bring them back, {restore}" if kept else "") + (
                       f". The ledger holds unfinished runs of {', '.join(sorted(held))}: they render when they finish "
-                      f"(python -m reproduce.status)" if held else ""))
+                      f"(repdegen status)" if held else ""))
             return None
         if lacking:  # this one adds cells but would drop results the rendering holds: keep it, say how to merge
             names = [f"{c.label}" + (f" seed {c.seed}" if c.seed is not None else "") + f" [{c.config_hash}]"
@@ -812,9 +812,9 @@ def render_latest(app: DictConfig, cells: list[Cell], ledger: Ledger,
                 how.append(f"bring back the {len(kept)} committed with the tables ({restore})")
             if held:
                 how.append(f"let the unfinished run(s) the ledger holds of {', '.join(sorted(held))} finish (python -m "
-                           f"reproduce.status), or move their run directories away and render with restore=true")
+                           f"repdegen.reproduce.status), or move their run directories away and render with restore=true")
             if lacking - kept - held:
-                how.append(f"run the lacking cells again (python -m reproduce.table table={app.table.name} "
+                how.append(f"run the lacking cells again (repdegen table table={app.table.name} "
                            f"scale={app.scale.name} rows=[...]) or copy their run records back into the ledger, then "
                            f"render again (render_only=true)")
             print(f"repdegen: {out} holds {len(lacking)} complete cell(s) that the ledger{where} lacks "
@@ -832,7 +832,7 @@ def selected_cells(app: DictConfig, cells: list[Cell]) -> list[Cell]:
     that lists the rows, and a row that does not run at this scale is one that says so."""
     if app.get("rows") is None:
         return cells
-    from reproduce.results.claims import resolve_row
+    from repdegen.reproduce.results.claims import resolve_row
 
     wanted = {resolve_row(app.table, str(ref), "rows=") for ref in app.rows}
     idle = [app.table.rows[i].label for i in sorted(wanted) if not runs_at(app.table.rows[i], app.scale.name)]
@@ -895,7 +895,7 @@ def run_tables(apps: list[DictConfig]) -> int:
         rendered = render_latest(app, cells, ledger, run_status)
         if rendered is not None and cells and cells[0].cfg.logger.name == "wandb":  # one more wandb run: the table
             out, rows = rendered
-            from reproduce.engine.loggers import log_table
+            from repdegen.reproduce.engine.loggers import log_table
 
             log_table(app.table.name, app.scale.name, rows, list(app.table.columns), out,
                       logger_cfg=OmegaConf.to_container(cells[0].cfg.logger), wandb_dir=app.paths.output_dir)
@@ -932,14 +932,14 @@ def analyse_cells(app: DictConfig, cells: list[Cell], ledger: Ledger) -> None:
 
 
 def _analysis_device(cfg: DictConfig) -> str:
-    from reproduce.runs.execute import uses_cuda
+    from repdegen.reproduce.runs.execute import uses_cuda
 
     return "cuda" if uses_cuda(cfg.trainer.device) else "cpu"
 
 
 def register_tables(expanded: list[tuple[DictConfig, list[Cell]]]) -> None:
     """Pre-register each table's claims and cells at its scale before anything runs (reproduce/runs/registration.py)."""
-    from reproduce.runs import registration
+    from repdegen.reproduce.runs import registration
 
     commit = git_commit()
     for app, cells in expanded:
@@ -962,7 +962,7 @@ def registration_note(commit: dict, new: int) -> str:
 
 
 def all_table_names() -> list[str]:
-    from reproduce.settings.config import CONF_DIR
+    from repdegen.reproduce.settings.config import CONF_DIR
 
     return sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
 
@@ -1096,7 +1096,7 @@ def main() -> None:
     # was started with SIGINT ignored (a background job of a non-interactive shell)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    from reproduce.errors import install_hydra_error_handler
+    from repdegen.reproduce.errors import install_hydra_error_handler
 
     install_hydra_error_handler()
     try:

@@ -1,5 +1,6 @@
 """A trained run read back from its directory: its record, the weights file it finished with, and the model and corpus
-it trained on (``reproduce.translate``, ``reproduce.analyze``); and the analyses of a trained run that a table reads
+it trained on (``repdegen.reproduce.translate``, ``repdegen.reproduce.analyze``); and the analyses of a trained run that a table
+reads
 besides the run's own record (a table's ``analyses:``), each computed once and kept in the run's ``analysis/`` folder:
 
 * ``continuations: N`` -- greedy continuations of the first N 50-token test prefixes by 100 tokens and their Uniq
@@ -15,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-
-from reproduce.errors import ConfigError
-from reproduce.results.metrics import analysis_metrics
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.results.metrics import analysis_metrics
 
 WEIGHT_FILES = ("averaged.pt", "last.pt", "best.pt")
 
@@ -26,9 +26,9 @@ def read_record(run_dir: Path) -> dict:
     path = run_dir / "result.json"
     if not path.is_file():
         raise ConfigError(
-            f"{run_dir} has no result.json: checkpoint= must be a run directory of reproduce.train (or a file in one)"
+            f"{run_dir} has no result.json: checkpoint= must be a run directory of repdegen.reproduce.train (or a file in one)"
         )
-    from core.loaders import load_run_record
+    from repdegen.core.loaders import load_run_record
 
     return load_run_record(path, "restore it from a copy, or train the run again (move its directory aside first)")
 
@@ -60,7 +60,7 @@ def other_weights(weights: Path) -> str:
 
 
 def load_weights_file(weights: Path) -> dict:
-    from core.loaders import load_checkpoint
+    from repdegen.core.loaders import load_checkpoint
 
     return load_checkpoint(weights, "weights file", other_weights(weights))
 
@@ -75,10 +75,10 @@ class TrainedLM:
     model: object  # a torch.nn.Module in eval mode, on the device asked for
 
 
-def load_lm(checkpoint: str | Path, device, what: str = "reproduce.analyze") -> TrainedLM:
+def load_lm(checkpoint: str | Path, device, what: str = "repdegen.reproduce.analyze") -> TrainedLM:
     """The language model of a run directory (or a weights file in one) with the corpus it trained on."""
-    from models import build_model
-    from reproduce.runs.execute import load_any_corpus
+    from repdegen.models import build_model
+    from repdegen.reproduce.runs.execute import load_any_corpus
 
     run_dir, weights = resolve_checkpoint(checkpoint)
     record = read_record(run_dir)
@@ -86,7 +86,7 @@ def load_lm(checkpoint: str | Path, device, what: str = "reproduce.analyze") -> 
     cfg = OmegaConf.create(record["config"])
     if cfg.dataset.kind != "lm":
         raise ConfigError(f"{run_dir} is a {cfg.dataset.kind} run; {what} reads language models (the embedding "
-                          f"figures of translation runs are written by reproduce.runs.tables)")
+                          f"figures of translation runs are written by repdegen.reproduce.runs.tables)")
     corpus = load_any_corpus(cfg.dataset, cfg.paths.cache_dir)
     model = build_model(cfg.model, len(corpus.vocab), cfg.model.tie_weights)
     model.load_state_dict(blob["model"])
@@ -112,11 +112,10 @@ def decoder(corpus):
 
 
 def continuations(lm: TrainedLM, n: int, examples: int = 5) -> dict:
-    """Greedy continuations of the first ``n`` test prefixes (:func:`analysis.inspection.continuation_uniq`): their
+    """Greedy continuations of the first ``n`` test prefixes (:func:`repdegen.analysis.inspection.continuation_uniq`): their
     mean Uniq, the distinct tokens over all of them, and the first ``examples`` as text."""
     import torch
-
-    from analysis.inspection import continuation_uniq
+    from repdegen.analysis.inspection import continuation_uniq
 
     decode = decoder(lm.corpus)
     stoi = lm.corpus.vocab.stoi
@@ -137,7 +136,7 @@ def continuations_path(run_dir: Path, n: int) -> Path:
 def analysis_values(run_dir: Path, analyses) -> tuple[dict[str, float], str | None]:
     """The metrics of a table's ``analyses`` that ``run_dir`` holds (none computed yet: {}), and when the latest of
     them was computed."""
-    from core.loaders import load_continuations
+    from repdegen.core.loaders import load_continuations
 
     n = int(analyses.get("continuations") or 0) if analyses is not None else 0
     path = continuations_path(run_dir, n)
@@ -150,9 +149,8 @@ def analysis_values(run_dir: Path, analyses) -> tuple[dict[str, float], str | No
 def run_analyses(run_dir: Path, analyses, device: str = "cpu") -> bool:
     """Compute the table's ``analyses`` a complete run does not hold yet; True when something was computed."""
     import torch
-
-    from core.files import atomic_write_json
-    from core.provenance import git_commit
+    from repdegen.core.files import atomic_write_json
+    from repdegen.core.provenance import git_commit
 
     n = int(analyses.get("continuations") or 0) if analyses is not None else 0
     path = continuations_path(run_dir, n)

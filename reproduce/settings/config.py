@@ -22,12 +22,28 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
+from repdegen.data import kinds as data_kinds
+from repdegen.reproduce.errors import ConfigError
+from repdegen.reproduce.settings.domains import check_domains
 
-from data import kinds as data_kinds
-from reproduce.errors import ConfigError
-from reproduce.settings.domains import check_domains
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+def _conf_dir() -> Path:
+    """The config folder: the package ``repdegen.conf`` (``conf/`` of a checkout, or the folder a wheel installs).
+    A broken install that lacks it is a clear error naming where it looked, not Hydra's "config directory not found"."""
+    import importlib.resources
+
+    try:
+        where = Path(str(importlib.resources.files("repdegen.conf")))
+    except ModuleNotFoundError:
+        where = Path(__file__).resolve().parents[2] / "conf"
+    if not (where / "config.yaml").is_file():
+        raise SystemExit(f"repdegen: error: the configs are not where the package keeps them: {where}/config.yaml does "
+                         f"not exist (the package repdegen.conf of this install); reinstall repdegen "
+                         f"(pip install --force-reinstall repdegen, or make install in a checkout)")
+    return where
+
+
+CONF_DIR = _conf_dir()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -220,7 +236,7 @@ class TrainerConfig:
     # stop with a mid-epoch checkpoint after this many optimizer updates in all, as a preemption signal
     # would (tests of preemption; status "preempted")
     stop_after_updates: int | None = None
-    # GPUs a scheduler (reproduce.runs.tables) gives this run: >1 launches it as one DDP job under torchrun
+    # GPUs a scheduler (repdegen.reproduce.runs.tables) gives this run: >1 launches it as one DDP job under torchrun
     # over that many local GPUs (or tasks on a SLURM node). The batch settings are global, so the
     # result does not depend on it: run control, not part of the config hash
     gpus: int = 1
@@ -343,14 +359,16 @@ def register_all() -> None:
     if _REGISTERED:
         return
     register_base_configs()
-    import losses  # noqa: F401  (registers objective schemas)
-    import models  # noqa: F401  (registers model schemas)
-    from core.registry import load_plugins
+    from repdegen import (
+        losses,  # noqa: F401  (registers objective schemas)
+        models,  # noqa: F401  (registers model schemas)
+    )
+    from repdegen.core.registry import load_plugins
 
     try:
         load_plugins()  # REPDEGEN_PLUGINS: objectives and models from outside the repository
     except ConfigError as err:  # at import of an entrypoint: one line and exit status 2, no traceback
-        from reproduce.errors import EXIT_USER_ERROR, report_user_error
+        from repdegen.reproduce.errors import EXIT_USER_ERROR, report_user_error
 
         report_user_error(err)
         raise SystemExit(EXIT_USER_ERROR) from None
@@ -533,7 +551,7 @@ def check_unknown_keys(cfg: DictConfig) -> None:
                 near = difflib.get_close_matches(str(key), sorted(fields), n=3, cutoff=0.6)
                 hint = f"did you mean {', '.join(f'{path}.{n}' for n in near)}? " if near else ""
                 raise ConfigError(f"{path}.{key} is not a setting of {path} ({kind.__name__}): {hint}remove it, or "
-                                  f"see the settings with python -m reproduce.describe <overrides>")
+                                  f"see the settings with repdegen describe <overrides>")
             child = node._get_node(key)
             if isinstance(child, DictConfig):
                 walk(child, f"{path}.{key}")
@@ -560,8 +578,8 @@ def finalize(cfg: DictConfig) -> DictConfig:
     check_unknown_keys(cfg)
     check_domains(cfg)
     _check_scale_record(cfg)
-    from losses import OBJECTIVES, validate_objective
-    from models import MODELS, resolve_tie
+    from repdegen.losses import OBJECTIVES, validate_objective
+    from repdegen.models import MODELS, resolve_tie
 
     # the one lookup of each registry: the classes that scale, validate and check tying below
     model_cls, objective_cls = MODELS.entry(cfg.model)[0], OBJECTIVES.entry(cfg.objective)[0]
@@ -793,7 +811,7 @@ def compose_with_choices(overrides: list[str], config_name: str = "config") -> D
 
 
 def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
-    """The config ``reproduce.train <overrides>`` runs, before :func:`finalize` (Hydra must be initialized, e.g.
+    """The config ``repdegen.reproduce.train <overrides>`` runs, before :func:`finalize` (Hydra must be initialized, e.g.
     inside ``initialize_config_dir``): Hydra's composition with the preset's sections (:func:`compose_preset`)."""
     from hydra import compose
 

@@ -6,7 +6,7 @@ A domain is written as a short string beside the key it governs: ``int>0`` (a co
 (OmegaConf leaves unset values ``None``; the code reads ``None`` as "off" or "not capped"). Keys are dotted paths;
 ``*`` matches one path part (``model.*dropout*`` would not: patterns match whole parts, ``fnmatch`` style).
 
-:func:`check_domains` walks the resolved config and raises one :class:`~reproduce.errors.ConfigError` for the first
+:func:`check_domains` walks the resolved config and raises one :class:`~repdegen.reproduce.errors.ConfigError` for the first
 value outside its domain, naming the key, the value, what is expected and a value that fits. Values of the wrong
 kind (a string or a fraction where a count is expected), NaN and infinities are caught for every numeric key, declared
 or not; ``tests/test_domains.py`` checks that every numeric key of every table cell and preset has a declared domain
@@ -19,10 +19,10 @@ import fnmatch
 import math
 from dataclasses import dataclass
 
-from reproduce.errors import ConfigError
+from repdegen.reproduce.errors import ConfigError
 
 # the config sections of a run whose numbers the domains govern, checked by finalize (paths and logger settings are
-# checked where used; the table command's `launch` section, declared below too, by reproduce.runs.launch.validate_launch
+# checked where used; the table command's `launch` section, declared below too, by repdegen.reproduce.runs.launch.validate_launch
 # before a table registers anything)
 SECTIONS = ("seed", "dataset", "model", "objective", "optim", "trainer", "scale")
 

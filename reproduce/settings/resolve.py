@@ -1,11 +1,12 @@
 """A run's resolved config, once: :func:`resolve` turns overrides (an experiment preset and its sections for the
 objective and scale, the scale, a table row, the command line) into a frozen :class:`RunSpec` -- the finalized
 read-only config, its hash, the group choices, and what it was composed from. Every consumer starts from one:
-``reproduce.train`` (its Hydra app's overrides), a table's cells (``reproduce.runs.tables``), ``reproduce.describe``,
+``repdegen.reproduce.train`` (its Hydra app's overrides), a table's cells (``repdegen.reproduce.runs.tables``),
+``repdegen.reproduce.describe``,
 the golden-config check; a cell's process reads the spec its table wrote (:func:`read_cell`) and trains it without
 composing or finalizing again.
 
-    from reproduce.settings.resolve import resolve
+    from repdegen.reproduce.settings.resolve import resolve
     spec = resolve(["experiment=inan2017/small", "objective=real", "scale=lite"])
     spec.config_hash, spec.choices["model"], spec.cfg.optim.lr, spec.preset   # the preset's sections' overrides
 """
@@ -20,9 +21,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from omegaconf import DictConfig, OmegaConf
-
-from core.errors import CorruptFile
-from reproduce.settings.config import (
+from repdegen.core.errors import CorruptFile
+from repdegen.reproduce.settings.config import (
     CONF_DIR,
     Config,
     compose_preset,
@@ -43,8 +43,8 @@ class RunSpec:
     choices: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # group -> option
 
     def sources(self) -> dict:
-        """Where each key's value came from (``python -m reproduce.describe ... sources=true``)."""
-        from reproduce.settings.sources import compose_with_sources
+        """Where each key's value came from (``repdegen describe ... sources=true``)."""
+        from repdegen.reproduce.settings.sources import compose_with_sources
 
         with _hydra_initialized():
             return compose_with_sources(list(self.overrides[len(self.preset):]))[1]
@@ -139,7 +139,7 @@ def as_spec(run: RunSpec | DictConfig) -> RunSpec:
 # ---- a table cell's spec on disk: <runs_dir>/<hash>/cell.yaml ------------------------------------------------
 def write_cell(spec: RunSpec, runs_dir: str | Path) -> Path:
     """``<runs_dir>/<hash>/cell.yaml``: the finalized config a cell's process trains (resuming)."""
-    from core.files import atomic_write_bytes
+    from repdegen.core.files import atomic_write_bytes
 
     path = Path(runs_dir) / spec.config_hash / "cell.yaml"
     container = OmegaConf.to_container(spec.cfg, resolve=True)
@@ -152,14 +152,14 @@ def read_cell(path: str | Path) -> RunSpec:
     """The spec a table wrote to ``path``: its config on the current schema (fields added to the code since it was
     written take their defaults, which leave the experiment and its hash unchanged), not composed or finalized again.
     Its hash must be the one its directory is named by: an edited cell.yaml is another experiment."""
-    from core.loaders import load_cell_yaml
+    from repdegen.core.loaders import load_cell_yaml
 
     path = Path(path)
     base = OmegaConf.structured(Config)
     OmegaConf.set_struct(base, False)
     cfg = OmegaConf.merge(base, load_cell_yaml(path))  # its schema checked, the file named when it is bad
     if not cfg.get("_finalized", False):
-        raise CorruptFile(path, f"{path} is not a cell config written by reproduce.table (it was never finalized); "
+        raise CorruptFile(path, f"{path} is not a cell config written by repdegen.reproduce.table (it was never finalized); "
                                 f"run the table again to write it")
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
@@ -175,9 +175,9 @@ JOB_SPEC = "run_spec.json"
 
 
 def record_job_spec(job_dir: str | Path, spec: RunSpec) -> None:
-    """What ``reproduce.runs.sweeps`` needs to find a multirun job's run in the ledger without composing its
+    """What ``repdegen.reproduce.runs.sweeps`` needs to find a multirun job's run in the ledger without composing its
     overrides again: the hash, the ledger folder (absolute) and the overrides it was composed with."""
-    from core.files import atomic_write_json
+    from repdegen.core.files import atomic_write_json
 
     atomic_write_json(Path(job_dir) / JOB_SPEC, {"config_hash": spec.config_hash,
                                                  "runs_dir": str(Path(spec.cfg.paths.runs_dir).resolve()),

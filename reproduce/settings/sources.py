@@ -1,9 +1,9 @@
 """Where each value of a run's config comes from: the config files Hydra merged (in its defaults-list order), the
 experiment preset's sections for the run's objective and scale, the command line or a table row's overrides, and the
-scale's width multiplier ``reproduce.settings.config.finalize`` applies in Python.
+scale's width multiplier ``repdegen.reproduce.settings.config.finalize`` applies in Python.
 
-    python -m reproduce.describe table=yu2022_t7 row=AGG scale=lite          # one table cell
-    python -m reproduce.describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
+    repdegen describe table=yu2022_t7 row=AGG scale=lite          # one table cell
+    repdegen describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
 
 Each line is ``key: value  # source``; a key set by several layers names the last one and, in brackets, the
 layers it overrode (``trainer.max_updates: 700  # conf/budget/mt_lite.yaml  [over: conf/experiment/...]``).
@@ -41,7 +41,7 @@ def _container(cfg: DictConfig, resolve: bool) -> dict:
 
 def _file_label(default) -> str:
     """``conf/<path>.yaml`` for a file, ``schema default (<path>)`` for a dataclass in the ConfigStore."""
-    from reproduce.settings.config import CONF_DIR
+    from repdegen.reproduce.settings.config import CONF_DIR
 
     path = default.config_path or "?"
     return f"conf/{path}.yaml" if (CONF_DIR / f"{path}.yaml").is_file() else f"schema default ({path})"
@@ -53,13 +53,12 @@ def _section(cfg: DictConfig, key: str) -> str:
 
 
 def compose_with_sources(overrides: list[str], config_name: str = "config") -> tuple[DictConfig, dict[str, list[str]]]:
-    """The finalized config ``reproduce.train <overrides>`` runs, and for each dotted key the layers that set it,
+    """The finalized config ``repdegen.reproduce.train <overrides>`` runs, and for each dotted key the layers that set it,
     first to last (Hydra must be initialized, e.g. inside ``initialize_config_dir``)."""
     from hydra import compose
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
-
-    from reproduce.settings.config import compose_preset, compose_with_choices, finalize
+    from repdegen.reproduce.settings.config import compose_preset, compose_with_choices, finalize
 
     # the experiment preset's sections for its objective and scale are overrides placed before the given ones
     given = list(overrides)
