@@ -207,8 +207,7 @@ def _nearest_fields(message: str) -> list[str]:
     kind = None
     # the schema among the modules already loaded (the entry point has imported the configs, models and objectives;
     # importing them here would make this bottom-floor module depend on them)
-    ours = ("reproduce", "models", "losses", "core", "data", "analysis")
-    schemas = [getattr(m, name, None) for k, m in list(sys.modules.items()) if k.split(".")[0] in ours and m]
+    schemas = [getattr(m, name, None) for k, m in list(sys.modules.items()) if k.split(".")[0] == "repdegen" and m]
     kind = next((c for c in schemas if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__name__ == name),
                 None)
     if kind is None:

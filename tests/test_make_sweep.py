@@ -16,7 +16,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 @pytest.fixture
 def echo_python(tmp_path):
-    """A `python` that runs `-c` snippets for real and prints any other command line instead of running it."""
+    """A `python` that runs `-c` snippets for real and prints any other command line instead of running it (also given
+    as the `repdegen` command: its command lines are printed the same way)."""
     script = tmp_path / "python"
     script.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\necho "RUN $*"\n')
     script.chmod(0o755)
@@ -24,8 +25,8 @@ def echo_python(tmp_path):
 
 
 def make(*args, python):
-    return subprocess.run(["make", "--no-print-directory", *args, f"PYTHON={python}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, MAKEFLAGS=""))
+    return subprocess.run(["make", "--no-print-directory", *args, f"PYTHON={python}", f"REPDEGEN={python}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, MAKEFLAGS=""))
 
 
 @pytest.mark.parametrize("target, preset", [
@@ -41,7 +42,7 @@ def test_values_go_to_the_presets_swept_key(target, preset, echo_python, tmp_pat
     out = make(*target, "SCALE=lite", "VALUES=1,2", "SEEDS=7", f"SWEEP_DIR={tmp_path}/d", python=echo_python)
     assert out.returncode == 0, out.stderr
     (line,) = [x for x in out.stdout.splitlines() if x.startswith("RUN ")]
-    assert f"-m repdegen.reproduce.train -m +sweep={preset} scale=lite {key}=1,2 seed=7 hydra.sweep.dir={tmp_path}/d" in line
+    assert f"RUN train -m +sweep={preset} scale=lite {key}=1,2 seed=7 hydra.sweep.dir={tmp_path}/d" in line
 
 
 def test_an_unknown_preset_names_the_ones_there(echo_python):
