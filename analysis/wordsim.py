@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# the four datasets of Yu et al. 2022, Table 6 (files of the wordvectors.org collection, ../shared/data/word-sim)
+# the four datasets of Yu et al. 2022, Table 6 (files of the wordvectors.org collection, in $REPDEGEN_DATA_DIR/word-sim)
 WORDSIM_FILES = {
     "MEN": "EN-MEN-TR-3k.txt",
     "WS353": "EN-WS-353-ALL.txt",

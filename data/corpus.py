@@ -21,7 +21,7 @@ vocabulary's counts are the counts in the training stream the run reads (so the 
 
 Sources (``dataset.source``):
   * ``local``: ``<data_dir>/<local_dir>/<files[split]>`` where ``data_dir`` defaults to the
-    ``REPDEGEN_DATA_DIR`` environment variable (layout of ``../shared/data``);
+    ``REPDEGEN_DATA_DIR`` environment variable (the layout of the README's section "Data");
   * ``hub``: ``datasets.load_dataset(hub_name, hub_config)`` (``ptb_text_only``;
     ``wikitext``/``wikitext-2-v1``);
   * ``disk``: a ``DatasetDict`` saved with ``save_to_disk`` at ``disk_path``;
@@ -109,7 +109,7 @@ def local_base(cfg, example: str) -> Path:
     if not root:
         raise DataError(
             f"dataset.source=local needs a data directory: set REPDEGEN_DATA_DIR (or dataset.data_dir) to a folder "
-            f"holding {cfg.local_dir}/ (the layout of ../shared/data), or use dataset.source=hub"
+            f"holding {cfg.local_dir}/ (the layout of the README's section Data), or use dataset.source=hub"
         )
     base = Path(root).expanduser()
     if not base.is_dir():
@@ -144,7 +144,7 @@ def unavailable(cfg, source: str, err: Exception) -> DataError:
     """The error for a corpus `datasets` could not load (offline hub, bad saved folder...)."""
     return DataError(
         f"could not load {cfg.name} through `datasets` ({source}): {type(err).__name__}: {err}. "
-        f"Without a network, set REPDEGEN_DATA_DIR to a folder laid out like ../shared/data "
+        f"Without a network, set REPDEGEN_DATA_DIR to a folder laid out as the README's section Data says "
         f"(dataset.source=local), or pass dataset.source=disk dataset.disk_path=<saved DatasetDict>"
     )
 

@@ -8,7 +8,8 @@ What is timed is the trainer's own optimizer update, :meth:`repdegen.reproduce.e
 the function ``repdegen.reproduce.train`` calls: autocast forward, the objective, token-weighted backward of
 ``--update-freq`` micro-batches, gradient sync, the objective's once-per-update penalty, clipping,
 the optimizer step of the recipe, the objective's ``after_update``. The trainer is built from the
-composed config on a synthetic corpus of random tokens with the papers' vocabulary size (LMs:
+composed config on a synthetic corpus of random tokens with the vocabulary size of the model's own setting (PTB's
+10,000 words for the PTB LSTMs, WikiText-2's 33,278 for the AWD-LSTM, 44,256 / 40,624 for the Transformers; LMs:
 ``trainer.batch_size`` blocks of ``trainer.bptt`` tokens per micro-batch; translation: pairs of
 ``--src-len``/``--tgt-len`` tokens filling ``trainer.max_tokens``). ``--compile`` sets
 ``trainer.compile=true`` (``--compile-mode`` its ``trainer.compile_mode``); ``--precision`` sets
@@ -61,8 +62,22 @@ PEAK_FLOPS = {
     "L4": (121e12, 30.3e12),
 }
 
-# vocabulary sizes of the papers' settings (Yu et al. Table 12)
-PAPER_VOCAB = {"lm": 44256, "translation": 40624}
+# each model's own setting: the corpus its paper trains it on and that corpus's vocabulary size (PTB's 10,000 words,
+# WikiText-2's 33,278, the 44,256 BPE types of Yu et al.'s WikiText-103 and the 40,624 of WMT14 En-De, Yu et al.
+# Table 12); --vocab overrides the size
+OWN_SHAPE = {"lstm": ("ptb", 10000), "awd_lstm": ("wikitext2", 33278), "lm": ("wikitext103", 44256),
+             "translation": ("wmt14_en_de", 40624)}
+
+
+def own_shape(model_name: str, kind: str) -> tuple[str, int]:
+    """(dataset, vocabulary size) a model is benched with by default: its own paper setting's."""
+    if kind == "translation":
+        return OWN_SHAPE["translation"]
+    if model_name == "awd_lstm":
+        return OWN_SHAPE["awd_lstm"]
+    if "lstm" in model_name:  # vd_lstm_*, zaremba_lstm_*, inan2016_lstm_*: the PTB models
+        return OWN_SHAPE["lstm"]
+    return OWN_SHAPE["lm"]
 
 
 def peak_flops(device: torch.device, bf16: bool) -> float | None:
@@ -133,7 +148,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
     model_name, *model_opts = model_name.split(":")
     model_overrides = [f"model.{o}" for part in model_opts for o in part.split(",") if o]
     kind = "translation" if model_name.startswith("transformer_") and model_name not in ("transformer_lm6",) else "lm"
-    dataset = "wmt14_en_de" if kind == "translation" else "wikitext103"
+    dataset, own_vocab = own_shape(model_name, kind)
     extra = ["scale=smoke"] if args.smoke else []
     extra += [f"trainer.precision={args.precision}", f"trainer.update_freq={args.update_freq}",
               "trainer.progress=false", f"trainer.compile={'true' if args.compile else 'false'}",
@@ -148,7 +163,7 @@ def build_bench(model_name: str, objective: str, args, device, run_dir: Path):
     if args.bptt:
         extra.append(f"trainer.bptt={args.bptt}")
     cfg = compose_cfg(model_name, objective, dataset, extra + obj_overrides + model_overrides)
-    vocab = args.vocab or PAPER_VOCAB[kind]
+    vocab = args.vocab or own_vocab
     corpus = synthetic_corpus(kind, cfg, vocab, args.src_len, args.tgt_len, zipf=getattr(args, "zipf", False))
     torch.manual_seed(0)
     model = build_model(cfg.model, vocab, resolve_tie(cfg.model, cfg.objective)).to(device)
@@ -375,7 +390,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--src-len", type=at_least(1, "--src-len 32"), default=32)
     parser.add_argument("--tgt-len", type=at_least(1, "--tgt-len 32"), default=32)
     parser.add_argument("--vocab", type=at_least(5, "--vocab 300 (4 special tokens and at least one word)"),
-                        default=None, help="vocabulary size (default: the papers' 44,256 / 40,624)")
+                        default=None, help="vocabulary size (default: the model's own setting's: 10,000 for the PTB LSTMs, "
+                             "33,278 for the AWD-LSTM, 44,256 for the Transformer LMs, 40,624 for translation)")
     parser.add_argument("--compile", action="store_true", help="trainer.compile=true (torch.compile the model)")
     parser.add_argument("--compile-mode", default="default",
                         choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),

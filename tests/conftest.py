@@ -23,6 +23,10 @@ else:
 
 # the real corpora, where REPDEGEN_DATA_DIR names a folder holding them (tests that need them skip otherwise)
 REAL_DATA = Path(os.environ.get("REPDEGEN_DATA_DIR") or "REPDEGEN_DATA_DIR-not-set")
+# the four papers' text files (REPDEGEN_PAPERS_DIR) and the notes on the authors' code (REPDEGEN_REFERENCE_NOTES, a
+# Markdown file), where they are given: the tests that check quotes and settings against them skip otherwise
+PAPERS_DIR = Path(os.environ.get("REPDEGEN_PAPERS_DIR") or "REPDEGEN_PAPERS_DIR-not-set")
+REFERENCE_NOTES = Path(os.environ.get("REPDEGEN_REFERENCE_NOTES") or "REPDEGEN_REFERENCE_NOTES-not-set")
 
 
 def make_sentences(n_tokens: int, seed: int, vocab: int = 40) -> list[str]:

@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench  # noqa: E402
 from repdegen.reproduce.engine.trainer import Trainer  # noqa: E402
 
+from tests.conftest import REAL_DATA, requires_real_data  # noqa: E402
+
 
 def test_bench_times_trainer_train_update_interleaved(tmp_path, monkeypatch):
     calls = []
@@ -115,3 +117,23 @@ def test_an_out_folder_or_a_missing_gpu_is_one_line(capsys, monkeypatch, tmp_pat
             bench.main(argv)
         assert exit_.value.code == 2 and words in capsys.readouterr().err
     assert kept.read_text() == '{"a measured result": 1}\n'  # an earlier result is never overwritten
+
+
+def test_each_model_benches_in_its_own_setting():
+    """The default vocabulary is the model's own corpus's, not one size for every LM."""
+    assert bench.own_shape("vd_lstm_small", "lm") == ("ptb", 10000)
+    assert bench.own_shape("zaremba_lstm_medium", "lm") == ("ptb", 10000)
+    assert bench.own_shape("inan2016_lstm_300", "lm") == ("ptb", 10000)
+    assert bench.own_shape("awd_lstm", "lm") == ("wikitext2", 33278)
+    assert bench.own_shape("gpt2_medium", "lm") == ("wikitext103", 44256)
+    assert bench.own_shape("transformer_base", "translation") == ("wmt14_en_de", 40624)
+
+
+@requires_real_data("ptb", "wikitext-2")
+def test_the_own_vocabulary_sizes_are_the_corpora_s():
+    """PTB's and WikiText-2's word types (plus the end-of-sentence token), counted from the files themselves."""
+    for name, files in (("ptb", "ptb.train.txt"), ("wikitext-2", "train.txt")):
+        words = {w for line in (REAL_DATA / name / files).read_text().splitlines() for w in line.split()}
+        dataset = {"ptb": "ptb", "wikitext-2": "wikitext2"}[name]
+        size = {d: v for d, v in bench.OWN_SHAPE.values()}[dataset]
+        assert len(words | {"<eos>"}) == size, name

@@ -20,15 +20,16 @@ from hydra import compose, initialize_config_dir
 from repdegen.reproduce.runs.tables import compose_cell, expand_cells
 from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize, hashed_view
 
+from tests.conftest import PAPERS_DIR, REFERENCE_NOTES
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-YU_TEXT = SHARED / "papers" / "yu2022-adaptive-gradient-gating.txt"
-INAN2017_TEXT = SHARED / "papers" / "inan2017-tying-word-vectors.txt"
-NOTES = SHARED / "notes" / "reference-implementations.md"
+YU_TEXT = PAPERS_DIR / "yu2022-adaptive-gradient-gating.txt"
+INAN2017_TEXT = PAPERS_DIR / "inan2017-tying-word-vectors.txt"
+NOTES = REFERENCE_NOTES
 SMALL = ("lite", "smoke")
 LM_SMALL_OVERRIDES = ["dataset=wikitext2_bpe", "model=transformer_lm6"]
 # Vaswani et al. (2017) Sec. 6.1: "For the base models, we used a single model obtained by averaging the last 5
-# checkpoints [...]. For the big models, we averaged the last 20 checkpoints." (the paper is not in ../shared/papers)
+# checkpoints [...]. For the big models, we averaged the last 20 checkpoints." (the paper is not among the four papers' texts)
 VASWANI_AVERAGED = {"base": 5, "big": 20}
 # the SVD period of objective=sc (conf/objective/sc.yaml; docs/fidelity.md, the SC row)
 SC_PERIOD = 10
@@ -103,7 +104,7 @@ def test_yu_t7_small_cells_use_the_multi30k_bpe_of_gao_t2(scale, tmp_path):
         assert cfg.dataset.vocab_size is None, (row.label, row.group)  # WMT14's 40,624 is not Multi30k's size
 
 
-@pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs ../shared/papers (Yu et al.'s text)")
+@pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs Yu et al.'s text: set REPDEGEN_PAPERS_DIR")
 def test_yu_t7_paper_cells_keep_the_table_12_dictionary(tmp_path):
     from repdegen.data.bpe import N_SPECIALS
 
@@ -163,7 +164,7 @@ def test_yu_lm_tables_share_the_mle_run_at_small_scales(scale, tmp_path):
     assert len({h for _, h in hashes.values()}) == 1, hashes
 
 
-@pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs ../shared/papers (Yu et al.'s text)")
+@pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs Yu et al.'s text: set REPDEGEN_PAPERS_DIR")
 def test_yu_lm_presets_stay_apart_at_paper_scale():
     """The small-scale patches leave the paper settings alone: Table 12's 40k / 50k updates, word similarity only
     for the GPT-2-medium-size LM (Table 6)."""
@@ -180,7 +181,7 @@ def test_yu_lm_presets_stay_apart_at_paper_scale():
 # --------------------------------------------------------------------------------------------------
 # 4. MT presets: length and checkpoint averaging
 # --------------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs ../shared/papers (Yu et al.'s text)")
+@pytest.mark.skipif(not YU_TEXT.is_file(), reason="needs Yu et al.'s text: set REPDEGEN_PAPERS_DIR")
 def test_yu_t7_paper_cells_follow_table_12(tmp_path):
     mt = table12()["mt"]
     steps = [thousands(v) for v in mt["Maximum training steps"]]
@@ -194,7 +195,7 @@ def test_yu_t7_paper_cells_follow_table_12(tmp_path):
         assert t.max_tokens * t.update_freq == tokens[0 if row.group == "Base" else 1], (row.label, row.group)
 
 
-@pytest.mark.skipif(not NOTES.is_file(), reason="needs ../shared/notes (the AGG README's settings)")
+@pytest.mark.skipif(not NOTES.is_file(), reason="needs the notes on the AGG README's settings: set REPDEGEN_REFERENCE_NOTES")
 def test_checkpoint_averaging_follows_each_papers_recipe(tmp_path):
     """Gao et al.: Vaswani's defaults (5 base / 20 big); Yu et al.: the AGG README's last 5, for both sizes. lite
     keeps the MT budget's 3 (of ~7 epochs: conf/budget/mt_lite.yaml), smoke does not average."""
@@ -219,7 +220,7 @@ def test_checkpoint_averaging_follows_each_papers_recipe(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # 5. Inan et al. (2017): the documented departure quotes the paper
 # --------------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not INAN2017_TEXT.is_file(), reason="needs ../shared/papers (Inan et al. 2017's text)")
+@pytest.mark.skipif(not INAN2017_TEXT.is_file(), reason="needs Inan et al. 2017's text: set REPDEGEN_PAPERS_DIR")
 def test_fidelity_doc_quotes_inan_2017_on_embedding_dropout():
     doc = (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8")
     section = doc[doc.index("## Inan, Khosravi & Socher (2017)"):doc.index("## Inan & Khosravi (2016)")]

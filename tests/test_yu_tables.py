@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from repdegen.reproduce.runs.tables import expand_cells, runs_at
 from repdegen.reproduce.settings.config import CONF_DIR
 
+from tests.conftest import PAPERS_DIR, REAL_DATA, requires_real_data
+
 YU_TABLES = ["yu2022_t1", "yu2022_t2", "yu2022_t3", "yu2022_t4", "yu2022_t6", "yu2022_t7", "yu2022_t8", "yu2022_t9",
              "yu2022_t10", "yu2022_t11"]
 SCALES = ["paper", "lite", "smoke"]
@@ -44,8 +46,7 @@ LITE_LM = {"alpha": 0.525, "lr": 2.8e-3, "max_epochs": 9, "bpe_vocab_size": 2000
 # one epoch of updates of the lite LM budget (conf/budget/transformer_lm_lite.yaml): static AGG's
 # switch point at lite (conf/table/yu2022_t9.yaml)
 LITE_EPOCH_UPDATES = 40  # 160,000 pieces / 16 = 10,000 rows; ceil(9,999 / 256) = 40
-PAPER_TEXT = Path(__file__).resolve().parents[2] / "shared" / "papers" / "yu2022-adaptive-gradient-gating.txt"
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PAPER_TEXT = PAPERS_DIR / "yu2022-adaptive-gradient-gating.txt"
 
 
 def compose_app(table: str, scale: str, tmp_path: Path):
@@ -147,7 +148,7 @@ def _numbers_in(text: str) -> set[Decimal]:
     return {Decimal(t) for t in re.findall(r"(?<![\d.])\d+(?:\.\d+)?(?![\d])", text)}
 
 
-@pytest.mark.skipif(not PAPER_TEXT.is_file(), reason="needs ../shared/papers (the paper's text)")
+@pytest.mark.skipif(not PAPER_TEXT.is_file(), reason="needs Yu et al.'s text: set REPDEGEN_PAPERS_DIR")
 @pytest.mark.parametrize("table", YU_TABLES)
 def test_yu_paper_numbers_are_printed_in_the_paper(table, tmp_path):
     """An independent check of the transcription: every paper number of the table is a number the paper's text
@@ -189,7 +190,7 @@ def test_yu_uniq_totals_are_the_sum_of_their_groups(tmp_path):
                 assert groups == (18290 if row.label == "Human" else row.paper["uniq"]), (table, row.label)
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "wikitext-2" / "train.txt").is_file(), reason="needs ../shared/data/wikitext-2")
+@requires_real_data("wikitext-2")
 def test_static_agg_switches_after_one_lite_epoch(tmp_path):
     """Table 9's static AGG fixes the rare group after one epoch: at lite that is the updates per epoch of the real
     WikiText-2 BPE stream under the lite batch, as the trainer computes them."""
@@ -200,7 +201,7 @@ def test_static_agg_switches_after_one_lite_epoch(tmp_path):
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("yu2022_t9", "lite", tmp_path)
-        app.overrides = [f"dataset.data_dir={SHARED_DATA}", "trainer.progress=false"]
+        app.overrides = [f"dataset.data_dir={REAL_DATA}", "trainer.progress=false"]
         cells = row_cells(app)
     row = next(i for i, r in enumerate(app.table.rows) if r.label == "static AGG")
     cfg = cells[row].cfg

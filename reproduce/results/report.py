@@ -567,7 +567,7 @@ def smoke_page(results_dir: Path, tables: list[TableInfo], generated: str) -> st
 
 
 def more_page(results_dir: Path, generated: str) -> str | None:
-    """results/more.md: the figures made by scripts, benchmarks, sweeps, sanity checks and lent-GPU runs."""
+    """results/more.md: the figures made by scripts, benchmarks, sweeps, sanity checks and GPU runs."""
     page = Page()
     for d in sorted(d for d in (results_dir / "figures").glob("*") if d.is_dir()):
         page.heading(2, f"Figure: `{d.name}`")
@@ -598,7 +598,7 @@ def more_page(results_dir: Path, generated: str) -> str | None:
                     page.add(include(d / f, results_dir, 4), "")
             for j in sorted(d.glob("*.json")):
                 page.add(*bench_table(j), "")
-    for folder, title in (("sweeps", "Sweeps"), ("sanity", "Sanity checks"), ("device", "Runs on a lent GPU")):
+    for folder, title in (("sweeps", "Sweeps"), ("sanity", "Sanity checks"), ("device", "Runs on a GPU")):
         docs = sorted((results_dir / folder).glob("*.md"))
         if docs:
             page.heading(2, title)
