@@ -1,4 +1,4 @@
-"""Geometry of a trained embedding for the papers' findings beyond I(W) (issue 23; definitions in
+"""Geometry of a trained embedding for the papers' findings beyond I(W) (the claims audit's new claims; definitions in
 docs/claims_audit/gao2019.md and yu2022b.md, section "New metrics needed"), recorded with each stage's final metrics.
 
 - ``frac_pos_cos``: the fraction of ordered pairs i != j of rows with a positive cosine (Gao Sec. 3.2: "positive

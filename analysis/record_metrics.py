@@ -1,4 +1,4 @@
-"""Metrics derived from a whole run record rather than from one evaluation (issue 23: claims that read a run's
+"""Metrics derived from a whole run record rather than from one evaluation (the audited claims that read a run's
 history): each takes the record (``result.json``) and returns a number or NaN.
 
 - ``valid_ppl_curve_mean`` (Inan et al. 2017, Fig. 2: the validation curves of AL/RE/REAL below the baseline's):

@@ -10,7 +10,7 @@ the training split's lines (cached under ``<cache_dir>/bpe``, see :mod:`repdegen
 its pieces + ``</s>``; the word ``dataset.unk`` (WikiText's ``<unk>``) maps to ``<unk>``. Ids are sorted
 by training frequency after the four specials ``<pad> <s> </s> <unk>``; ``Corpus.tokenizer`` decodes.
 
-``dataset.vocab_from`` (issue 23, docs/lite_v2.md): ``split`` (the default, the papers' setting) builds the
+``dataset.vocab_from`` (lite v2, docs/lite_v2.md): ``split`` (the default, the papers' setting) builds the
 vocabulary or BPE model from the whole training split and then cuts the ``train_start``/``train_tokens`` window
 out of it; ``slice`` builds them from the window the run trains on, so a prefix run's vocabulary and frequency
 groups hold only what it sees (at ``paper`` the window is the split: the two agree). Word-level: the window's

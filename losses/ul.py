@@ -9,7 +9,7 @@ as in the authors' fairseq criterion (facebookresearch/unlikelihood_training,
 ``candidate_penalty_ce_loss.py``: the clamp at 1e-5, the sum over candidates, the division of the whole
 loss by the token count). Two deliberate differences from that code, both its known bugs: candidates
 come from the **same sequence** only (the official code flattens the batch, so candidates leak across
-sequences, upstream issue #11) and padding is never a candidate for any padding index (issue #3).
+sequences, upstream #11) and padding is never a candidate for any padding index (upstream #3).
 
 What a "sequence" is comes from the :class:`~losses.TokenLayout` the task passes: a translation target
 sentence, or one BPTT column of the current segment for language modelling (a stateless LM's block is

@@ -1,5 +1,5 @@
 """Golden files of every cell's resolved config: the guard that a refactor of the config tree changes nothing by
-accident (issue 14).
+accident.
 
     python scripts/golden_configs.py --check    # compare against tests/golden/ (exit 1 and a per-key diff if not equal)
     python scripts/golden_configs.py --write    # (re)write tests/golden/ from the configs as they compose now

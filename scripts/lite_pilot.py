@@ -1,4 +1,4 @@
-"""The lite-v2 baseline-only pilot of docs/lite_v2.md (issue 23 item 4): the MLE row of one experiment at its lite
+"""The lite-v2 baseline-only pilot of docs/lite_v2.md: the MLE row of one experiment at its lite
 budget, on a seed outside every table's (101), at the preset's lr x {0.5, 1, 2, 4}; the lr with the lowest validation
 PPL wins (within 0.5 % of the preset's lr: the preset's); then the regime checks of section 2 on the chosen run.
 

@@ -1,7 +1,7 @@
 """The paper-scale rows rendered so far, one line each: paper vs ours for every metric the table has (valid and test
 PPL, ...), Δ %, and each cell's provenance (epochs per training session, wall time, hardware, commit) from the
 rendering's ``cells.json`` (``repdegen.reproduce.results.paper_rows``; ``results/README.md`` shows the same lines). Reads
-``results/tables/*/paper/`` only: what issue 27's closing note and a session note report.
+``results/tables/*/paper/`` only: the lines the notes on the paper-scale runs report.
 
     python scripts/paper_rows.py [--tables inan2017_t1 inan2016_t1 ...] [--all]   # --all: rows not run yet too
 """

@@ -191,7 +191,7 @@ def test_generated_corpus_helper_is_consistent(tmp_path):
     assert corpus.provenance["oov"] == {"train": 0, "valid": 0, "test": 0}
 
 
-# ---- dataset.vocab_from=slice: the vocabulary and the counts of the window the run trains on (issue 23) ----------
+# ---- dataset.vocab_from=slice: the vocabulary and the counts of the window the run trains on (lite v2) -----------
 def test_slice_vocabulary_is_the_windows_own(tmp_path):
     # train tokens: a b a <eos> | c d c <eos> e <unk> <eos>   (the window: tokens 4..8 = c d c <eos> e)
     root = write_split(tmp_path, "a b a\nc d c\ne <unk>\n", "c a z\n", "e d\n")

@@ -1,4 +1,4 @@
-"""A table's figures as a reader wants them (issue 26, item 5): a row is (group, label) and one colour everywhere; a
+"""A table's figures as a reader wants them: a row is (group, label) and one colour everywhere; a
 row's seeds are one line, their mean, with a min-max band; geometry is a grid with the metric registry's labels; the
 SVD projections of the rows are panels of one figure on the same axis limits. The data are read back from the
 matplotlib figures the ``figure_*`` functions return (or from the arguments the plotting functions get)."""

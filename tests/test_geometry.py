@@ -1,4 +1,4 @@
-"""The geometry metrics of issue 23's new claims (analysis/geometry.py), the record-level ones
+"""The geometry metrics of the claims audit's new claims (analysis/geometry.py), the record-level ones
 (analysis/record_metrics.py) and the per-seed gains (reproduce/runs/tables.py add_gains), against brute-force loops and
 hand-worked examples."""
 

@@ -61,3 +61,16 @@ def test_a_command_gets_the_rest_of_the_command_line():
     out = _repdegen("describe", "model=vd_lstm_small", "dataset=ptb", "--cfg", "job")
     assert out.returncode == 0, out.stderr
     assert "name: vd_lstm_small" in out.stdout and "repdegen: --cfg job" in out.stderr
+
+
+def test_an_install_without_its_configs_says_where_it_looked(tmp_path, monkeypatch):
+    import importlib.resources
+
+    from repdegen.reproduce.settings import config
+
+    monkeypatch.setattr(importlib.resources, "files", lambda name: tmp_path)
+    with pytest.raises(SystemExit) as err:
+        config._conf_dir()
+    message = str(err.value)
+    assert message.startswith("repdegen: error:") and f"{tmp_path}/config.yaml does not exist" in message
+    assert "reinstall" in message

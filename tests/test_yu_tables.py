@@ -40,7 +40,7 @@ SETTINGS = {
 # AGG's alpha per setting (Yu Table 12: 0.03 for language modelling, 0.08 for translation)
 AGG_ALPHA = {"yu2022/gpt2_wt103": 0.03, "yu2022/lm6_wt103": 0.03, "yu2022/transformer_base_wmt14": 0.08,
              "yu2022/transformer_big_wmt14": 0.08}
-# lite v2 (issue 23, results/pilots/yu_lm*.md): the LM budget's own AGG alpha (the rare group's largest count in the
+# lite v2 (results/pilots/yu_lm*.md): the LM budget's own AGG alpha (the rare group's largest count in the
 # 160k-piece slice / 40 updates an epoch = 21 / 40), lr (7e-4 x 4) and epochs (the first with a gain < 2 %)
 LITE_LM = {"alpha": 0.525, "lr": 2.8e-3, "max_epochs": 9, "bpe_vocab_size": 2000}
 # one epoch of updates of the lite LM budget (conf/budget/transformer_lm_lite.yaml): static AGG's

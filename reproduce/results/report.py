@@ -397,7 +397,7 @@ def is_rendered(results_dir: Path, table: str, scale: str) -> bool:
 
 def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | None:
     """{claim text: its record} of a rendered table's claims.json, or None when not rendered at that scale; {} for a
-    rendering of the v1 rule (before issue 23: no tie margin, no registration), whose verdicts are not shown."""
+    rendering of the v1 rule (no tie margin, no registration), whose verdicts are not shown."""
     if not is_rendered(results_dir, table, scale):
         return None
     path = results_dir / "tables" / table / scale / "claims.json"

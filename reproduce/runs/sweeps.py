@@ -163,7 +163,7 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
     failure = load_failure_note(note) if note.is_file() else {}
     recorded = _recorded_spec(job_dir)
     try:
-        if recorded:  # the job recorded its spec (repdegen.reproduce.train, since issue 24): nothing to compose
+        if recorded:  # the job recorded its spec (repdegen.reproduce.train writes it): nothing to compose
             job.config_hash, runs = recorded["config_hash"], Path(runs_dir or recorded["runs_dir"])
         else:  # a sweep run before jobs recorded their spec
             job.config_hash, runs = compose_job(job_dir, job.overrides, runs_dir)
