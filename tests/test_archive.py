@@ -1,6 +1,6 @@
 """A paper-scale rendering keeps its cells' run records beside the table (results/tables/<t>/paper/records/), and
-``restore=true`` brings them back into a ledger that lost them (reproduce/runs/archive.py): the lost work tree of
-2026-11-27 took the records of six finished paper rows with it, and froze their tables."""
+``restore=true`` brings them back into a ledger that lost them (reproduce/runs/archive.py): a lost run directory
+must not lose a finished paper row, nor freeze its table."""
 
 from __future__ import annotations
 
@@ -8,20 +8,17 @@ import csv
 import io
 import json
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import repdegen.reproduce.runs.tables as table_mod
 from hydra import initialize_config_dir
-from repdegen.reproduce.errors import ConfigError, UserError
+from repdegen.reproduce.errors import UserError
 from repdegen.reproduce.runs.archive import archive_records, archived_records, restore_records, restored_from
 from repdegen.reproduce.settings.config import CONF_DIR
 
 from tests.test_table import compose_app
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 def record(h: str, started: str = "2026-11-27T10:00:00", status: str = "complete", **extra) -> dict:
@@ -114,98 +111,6 @@ def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_pat
         assert table_mod.run_table(app) == 0  # complete: nothing is trained again
         assert "2 cells, 2 already complete, 0 to run" in capsys.readouterr().out
 
-        # a ledger lost before renderings kept records (2026-11-27): rebuilt from the committed rendering
-        claims = (out / "claims.csv").read_text()
-        pngs = sorted(p.name for p in out.glob("*.png"))
-        params = {h: json.loads((runs / h / "result.json").read_text())["parameters"]["total"] for h in hashes}
-        shutil.rmtree(runs)
-        shutil.rmtree(out / "records")
-        from recover_records import parameters
-        from repdegen.reproduce.runs.archive import recover_records
-
-        said = []
-        written = recover_records(app, table_mod.expand_cells(app), parameters, log=said.append)
-        assert sorted(p.parent.name for p in written) == hashes and sum("record recovered" in x for x in said) == 2
-        kept = json.loads(written[0].read_text())
-        assert kept["history"] == [] and kept["recovered"]["epochs"] and "test_ppl" in kept["metrics"]["final"]
-        assert kept["parameters"]["total"] == params[kept["config_hash"]]  # the model the config builds, counted again
-        moved = out / "records" / Path(kept["recovered"]["figures"]).name
-        assert sorted(p.name for p in moved.glob("*.png")) == pngs and not list(out.glob("*.png"))
-        assert recover_records(app, table_mod.expand_cells(app), parameters, log=said.append) == []  # once
-        app.render_only, app.restore = True, True
-        assert table_mod.run_table(app) == 0
-        assert (out / "table.csv").read_text() == table and (out / "claims.csv").read_text() == claims
-        md = (out / "table.md").read_text()
-        assert md.count("` (recovered) |") == 2 and "rebuilt from the committed rendering" in md and moved.name in md
-
-        # one recovered cell trained again (retrain_recovered=true, its row named): its history comes back, its
-        # recovered record is kept beside the new one (ledger and archive), the other cell stays as it is
-        cell = table_mod.expand_cells(app)[0]
-        r = app.table.rows[cell.rows[0]]
-
-        # while that retrain runs (its record moved aside, a partial run in its place), the table still renders
-        # (another row's new cell must not wait hours for it), with the recovered record standing, not dropped
-        from repdegen.reproduce.runs.archive import retrain_recovered
-
-        run = runs / cell.config_hash
-        archived = (out / "records" / cell.config_hash / "result.json").read_text()
-        assert retrain_recovered(runs, [cell], log=lambda _: None) == [cell.config_hash]
-        partial = dict(json.loads((run / "result.recovered.json").read_text()), status="preempted",
-                       history=[{"stage": "train", "epoch": 1, "session": 1, "valid_ppl": 999.0}])
-        partial.pop("recovered")
-        (run / "result.json").write_text(json.dumps(partial))
-        capsys.readouterr()
-        table_mod.run_table(app)  # render_only, restore
-        said = capsys.readouterr().out
-        assert "left as it is" not in said and "wrote" in said
-        assert (out / "table.csv").read_text() == table and (out / "claims.csv").read_text() == claims
-        md = (out / "table.md").read_text()
-        assert md.count("` (recovered) (being trained again: epoch 1) |") == 1 and "stands here until" in md
-        assert (out / "records" / cell.config_hash / "result.json").read_text() == archived  # the archive untouched
-        # a partial run with no record standing for it: left as it is, and restore=true is not offered (it skips a
-        # cell the ledger holds in any state): the message says to let it finish
-        kept_aside = (run / "result.recovered.json").read_text()
-        (run / "result.recovered.json").write_text(json.dumps(dict(json.loads(kept_aside), status="running")))
-        table_mod.run_table(app)
-        said = capsys.readouterr().out
-        assert "left it as it is" in said and f"holds unfinished runs of {cell.config_hash}: they render when" in said
-        assert "to bring them back" not in said and (out / "table.md").read_text() == md
-        # the same when this rendering adds a cell (the committed one, edited here, lacks the other cell)
-        cells_json = json.loads((out / "cells.json").read_text())
-        for c in cells_json["cells"]:
-            if c.get("config_hash") not in (None, cell.config_hash):
-                c["status"] = "missing"
-        (out / "cells.json").write_text(json.dumps(cells_json))
-        table_mod.run_table(app)
-        said = capsys.readouterr().out
-        assert "1 complete cell(s) that the ledger" in said and "rendering now would drop" in said
-        assert f"let the unfinished run(s) the ledger holds of {cell.config_hash} finish" in said
-        assert "bring back the" not in said and "run the lacking cells again" not in said
-        assert (out / "table.md").read_text() == md
-        (run / "result.recovered.json").write_text(kept_aside)
-        (run / "result.json").unlink()  # back to the recovered record, for the retrain below
-        (run / "result.recovered.json").rename(run / "result.json")
-        app.retrain_recovered = True
-        for render_only, rows in ((True, [r.label]), (False, None)):  # it trains, and only the rows named
-            app.render_only, app.rows = render_only, rows
-            with pytest.raises(ConfigError, match="retrain_recovered=true"):
-                table_mod.run_table(app)
-        app.render_only, app.rows = False, [f"{r.group} / {r.label}" if r.group else r.label]
-        capsys.readouterr()
-        assert table_mod.run_table(app) == 0
-        said = capsys.readouterr().out
-        assert "1 recovered record(s) moved aside" in said and "1 cells, 0 already complete, 1 to run" in said
-        h, other = cell.config_hash, next(x for x in hashes if x != cell.config_hash)
-        new = json.loads((runs / h / "result.json").read_text())
-        assert new["status"] == "complete" and new["history"] and "recovered" not in new
-        assert json.loads((runs / h / "result.recovered.json").read_text())["recovered"]["from"]
-        assert json.loads((runs / other / "result.json").read_text())["recovered"]  # not named: left as it is
-        assert "recovered" not in json.loads((out / "records" / h / "result.json").read_text())
-        assert [json.loads(p.read_text()).get("recovered") is not None
-                for p in (out / "records" / h).glob("result.*.json")] == [True]
-        assert table_mod.run_table(app) == 0  # trained here now: not moved aside again
-        assert "0 recovered record(s) moved aside" in capsys.readouterr().out
-
 
 def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded(tmp_path, capsys):
     from omegaconf import OmegaConf
@@ -228,22 +133,6 @@ def test_a_restored_run_without_its_analyses_is_skipped_with_a_reason_not_loaded
     assert analysis_values(runs / "bbbb", app.table.analyses)[0] == {"cont_uniq_mean": 3.0, "cont_uniq_total": 40.0}
 
 
-def test_a_standing_record_is_the_last_recovered_one_kept_aside_and_complete(tmp_path, capsys):
-    from repdegen.reproduce.runs.archive import standing_record
-
-    run = tmp_path / "aaaa"
-    run.mkdir()
-    assert standing_record(run, "aaaa") is None  # nothing moved aside: not a retrain
-    (run / "result.recovered.json").write_text(json.dumps(record("aaaa", started="first")))
-    (run / "result.recovered-1.json").write_text(json.dumps(record("aaaa", started="second")))
-    assert standing_record(run, "aaaa")["started"] == "second"  # the last one moved aside
-    (run / "result.recovered-1.json").write_text(json.dumps(record("aaaa", status="running")))
-    assert standing_record(run, "aaaa") is None
-    assert "result.recovered-1.json is not a complete run record of aaaa" in capsys.readouterr().err
-    (run / "result.recovered-1.json").write_text(json.dumps(record("bbbb")))
-    assert standing_record(run, "aaaa") is None
-
-
 def test_a_recovered_record_never_takes_the_weights_in_its_run_directory(tmp_path):
     import torch
     from repdegen.reproduce.runs.archive import output_embedding
@@ -259,19 +148,6 @@ def test_a_recovered_record_never_takes_the_weights_in_its_run_directory(tmp_pat
     assert output_embedding(run, record("aaaa", recovered={"from": "table.csv", "commit": "abc"})) is None
 
 
-def test_the_recovered_commit_is_the_last_one_that_changed_the_rendering(monkeypatch, tmp_path):
-    import subprocess
-
-    from repdegen.reproduce.runs.archive import _git_last_commit
-
-    repo = Path(__file__).resolve().parents[1]
-    monkeypatch.chdir(tmp_path)  # the path is found from anywhere
-    want = subprocess.run(["git", "log", "-1", "--format=%H", "--", "README.md"], cwd=repo, capture_output=True,
-                          text=True).stdout.strip()
-    assert _git_last_commit(repo / "README.md") == want and len(want) == 40
-    assert _git_last_commit(tmp_path / "nowhere.csv") in ("unknown", "uncommitted")
-
-
 def test_status_lists_a_restored_run_with_where_it_came_from(tmp_path):
     from repdegen.reproduce.runs.status import collect, format_row
 
@@ -285,14 +161,6 @@ def test_status_lists_a_restored_run_with_where_it_came_from(tmp_path):
     assert "complete" in text and "no epoch finished" not in text
     assert f"restored from {tables / 't1' / 'paper' / 'records' / 'aaaa'}" in text and "history lost" in text
     assert "valid_ppl 90.50, test_ppl 87.25" in text
-
-
-def test_recover_script_names_an_unknown_table(capsys):
-    from recover_records import main
-
-    with pytest.raises(SystemExit) as err:
-        main(["inan2017_t9"])
-    assert err.value.code == 2 and "no table 'inan2017_t9'; expected one of:" in capsys.readouterr().err
 
 
 def test_the_report_shows_the_figures_kept_from_before_a_recovery(tmp_path):

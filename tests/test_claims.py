@@ -253,7 +253,7 @@ def test_rendered_claims_show_mean_sd_margin_and_seed_counts():
 
 
 def test_a_metric_missing_from_a_record_is_named_apart_from_a_non_finite_one():
-    """A record rebuilt from a rendering (scripts/recover_records.py) lacks the metrics the table did not show: the
+    """A record rebuilt from a rendering (marked recovered) lacks the metrics the table did not show: the
     reason names the row whose record lacks it, not "not finite"; a NaN is "not finite"; the preset's seed (None) is
     not written as "seed None"."""
     t = make_table([claim(check("lower", row="A / New", than="A / Base"))])

@@ -266,42 +266,6 @@ def test_the_listing_shows_a_paper_runs_target_beside_its_valid_ppl(tmp_path, ca
     assert "valid PPL 300.00, best" in out
 
 
-def test_a_cell_trained_again_after_its_record_was_recovered_says_so(tmp_path, capsys):
-    """``retrain_recovered=true`` moves a recovered record aside to result.recovered.json: the listing of the new run
-    names that file and the numbers it held; a recovered record itself (not yet trained again) does not."""
-    run = _write(tmp_path, "aaaa", "running", [_epoch(1, 300.0)])
-    (run / "result.recovered.json").write_text(json.dumps(
-        {"status": "complete", "recovered": {"from": "t.csv"}, "metrics": {"final": {"valid_ppl": 92.44, "x": 1}}}))
-    assert main(["--runs-dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert ("trained again (retrain_recovered=true): the recovered record is kept in result.recovered.json "
-            "(final valid_ppl 92.44)") in out
-    rec = json.loads((run / "result.json").read_text())
-    rec["recovered"] = {"from": "t.csv"}
-    (run / "result.json").write_text(json.dumps(rec))
-    assert main(["--runs-dir", str(tmp_path)]) == 0
-    assert "trained again" not in capsys.readouterr().out
-
-
-def test_a_cell_trained_again_twice_names_its_latest_recovered_record(tmp_path, capsys):
-    """After several retrains the kept records are result.recovered.json, -1, -2, ..., -10: the listing names the
-    one with the highest number (by name, ``-10`` sorts before ``-2`` and every ``-k`` before the unnumbered
-    first), and the next one moved aside takes the number after it."""
-    from repdegen.reproduce.runs.archive import _next_recovered, kept_recovered
-
-    run = _write(tmp_path, "aaaa", "running", [_epoch(1, 300.0)])
-    names = ["result.recovered.json"] + [f"result.recovered-{k}.json" for k in (1, 2, 10)]
-    for k, name in enumerate(names):
-        (run / name).write_text(json.dumps(
-            {"status": "complete", "recovered": {"from": "t.csv"}, "metrics": {"final": {"valid_ppl": 90.0 + k}}}))
-    (run / "result.recovered-x.json").write_text("{}")  # not one of ours: ignored
-    assert [p.name for p in kept_recovered(run)] == names
-    assert _next_recovered(run).name == "result.recovered-11.json"
-    assert main(["--runs-dir", str(tmp_path)]) == 0
-    assert ("the recovered record is kept in result.recovered-10.json (final valid_ppl 93.00)"
-            in capsys.readouterr().out)
-
-
 def test_a_nan_validation_loss_is_never_a_new_best():
     """keep_if_best: a NaN validation NLL saves nothing (``NaN >= best`` is False, so a test of ``val >= best`` would
     keep it, and every later epoch would then beat a NaN best)."""

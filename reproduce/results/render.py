@@ -202,8 +202,6 @@ def cells_markdown(cells: list[dict]) -> list[str]:
         seed = "preset's" if c.get("seed") is None else str(c["seed"])
         epochs = " + ".join(map(str, c.get("epochs") or [])) or "–"
         mark = " (recovered)" if c.get("recovered") else ""
-        if c.get("retraining_epochs") is not None:
-            mark += f" (being trained again: epoch {c['retraining_epochs']})"
         lines.append(f"| {c['row']} | {seed} | `{c['config_hash']}`{mark} | {epochs} | {c.get('wall_time', '–')} | "
                      f"{c.get('hardware', '–')} | `{c.get('commit', '–')}` | {c.get('started', '–')} |")
     recovered = sorted({c["recovered"] for c in cells if c.get("recovered")})
@@ -215,10 +213,6 @@ def cells_markdown(cells: list[dict]) -> list[str]:
                   "the ones measured; its learning curve, geometry over training and weights are gone, so the figures "
                   "above leave it out" + (f"; the figures as drawn before, with it: {', '.join(f'`{f}/`' for f in figures)}"
                                           if figures else "") + " (reproduce/runs/archive.py)."]
-    if any(c.get("retraining_epochs") is not None for c in cells):
-        lines += ["", "(being trained again): `retrain_recovered=true` trains the recovered cell again from its first "
-                  "epoch; the recovered record stands here until the new run completes, and the new run's record "
-                  "replaces it then, whatever it gives."]
     return lines
 
 

@@ -296,7 +296,8 @@ def kept_figures(out: Path, page_dir: Path) -> list[str]:
             captions = json.loads(path.read_text()) if path.is_file() else {}
         except (OSError, ValueError) as err:
             raise UserError(f"{path}: cannot be read as JSON ({err}); expected the object of figure name -> caption "
-                            f"that scripts/recover_records.py writes; restore it from git (git checkout -- {path})") from None
+                            f"kept with the figures drawn before a rendering lost their rows; restore it from git "
+                            f"(git checkout -- {path})") from None
         if not isinstance(captions, dict) or not all(isinstance(v, str) for v in captions.values()):
             raise UserError(f"{path}: expected a JSON object of figure name -> caption (strings), got "
                             f"{type(captions).__name__}; restore it from git (git checkout -- {path})")

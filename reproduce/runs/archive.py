@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -210,69 +209,6 @@ def restore_records(tables_dir: Path, runs_dir: Path, cells: list, log=print) ->
     return restored
 
 
-RECOVERED_FILE = "result.recovered.json"
-
-
-def _recovered_number(path: Path) -> int | None:
-    if path.name == RECOVERED_FILE:
-        return 0
-    m = re.fullmatch(r"result\.recovered-(\d+)\.json", path.name)
-    return int(m.group(1)) if m else None
-
-
-def kept_recovered(run_dir: Path) -> list[Path]:
-    """The recovered records :func:`retrain_recovered` moved aside in ``run_dir``, oldest first: ``result.recovered.json``,
-    then ``result.recovered-1.json``, ``-2``, ... in the order of their number (not of their names, where ``-10``
-    would sort before ``-2`` and every ``-k`` before the unnumbered first)."""
-    found = [(_recovered_number(p), p) for p in Path(run_dir).glob("result.recovered*.json")]
-    return [p for n, p in sorted((n, p) for n, p in found if n is not None)]
-
-
-def standing_record(run_dir: Path, config_hash: str) -> dict | None:
-    """The record a cell that is being trained again (``retrain_recovered=true``, not complete yet) shows meanwhile:
-    the last recovered record moved aside in ``run_dir``, when it is a complete record of this very cell (None
-    otherwise). The new run replaces it once it completes, whatever it gives; until then a rendering keeps the number
-    it had, rather than dropping it or refusing to render the table's other new cells."""
-    kept = kept_recovered(run_dir)
-    record = _read_json(kept[-1]) if kept else None
-    if isinstance(record, dict) and record.get("config_hash") == config_hash and record.get("status") == STATUS_COMPLETE:
-        return record
-    if kept:
-        print(f"repdegen: warning: {kept[-1]} is not a complete run record of {config_hash}; the cell counts as not "
-              f"complete until it is trained again", file=sys.stderr, flush=True)
-    return None
-
-
-def _next_recovered(run_dir: Path) -> Path:
-    kept = kept_recovered(run_dir)
-    if not kept:
-        return Path(run_dir) / RECOVERED_FILE
-    return Path(run_dir) / f"result.recovered-{_recovered_number(kept[-1]) + 1}.json"
-
-
-def retrain_recovered(runs_dir: Path, cells: list, log=print) -> list[str]:
-    """Move aside the ledger record of each of ``cells`` whose record was rebuilt from a rendering (``recovered``:
-    its history, its unshown metrics and its weights lost; :func:`recover_records`), so the cell trains again from
-    its first epoch: what the rendering cannot show without it (its curves, a metric the table did not show, a figure
-    that needs its weights). The record is kept as ``result.recovered.json`` in its run directory (and in the table's
-    ``records/``, where :func:`archive_records` files it beside the new run's once that completes). Any other record
-    (trained here, complete or partial) is left as it is. The hashes moved aside."""
-    moved = []
-    for cell in cells:
-        run = Path(runs_dir) / cell.config_hash
-        record = _read_json(run / "result.json")
-        if not isinstance(record, dict) or not record.get("recovered"):
-            continue
-        target = _next_recovered(run)
-        os.rename(run / "result.json", target)
-        (run / RESTORED_FILE).unlink(missing_ok=True)
-        moved.append(cell.config_hash)
-        log(f"repdegen: {cell.label} [{cell.config_hash}]: its record was recovered from "
-            f"{record['recovered'].get('from')} (no history, no weights): moved aside to {target} and trained again "
-            f"from its first epoch (retrain_recovered=true)")
-    return moved
-
-
 def restored_from(run_dir: Path) -> str | None:
     """Where a restored run's record came from (None: the run trained in this ledger)."""
     data = _read_json(Path(run_dir) / RESTORED_FILE)
@@ -286,6 +222,17 @@ SVD_CAPTION = ("Output embeddings on their top-2 singular directions, by frequen
 def svd_caption(shown: list[str]) -> str:
     """The rendering's caption of ``svd_projection.png``: what it is, then the panels drawn ("; " between them)."""
     return SVD_CAPTION + "; ".join(shown)
+
+
+def _git_last_commit(path: Path) -> str:
+    import subprocess
+
+    try:
+        path = Path(path).resolve()
+        return subprocess.run(["git", "log", "-1", "--format=%H", "--", path.name], capture_output=True, text=True,
+                              cwd=path.parent, check=True).stdout.strip() or "uncommitted"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def keep_figure_aside(out: Path, shown: list[str], log=print) -> Path | None:
@@ -328,143 +275,3 @@ RECOVERED_LOST = ("the per-epoch history (learning curves), the geometry and tra
                   "metrics the table does not show, and the weights (figures that need them)")
 
 
-def recover_records(app, cells: list, parameters, log=print) -> list[Path]:
-    """Archived records rebuilt from the committed rendering of ``app``'s table (``table.csv`` and ``cells.json``) for
-    its complete cells that have none: cells finished before renderings kept their records, whose ledger was lost
-    (2026-11-27). Each holds what the rendering shows (the table's columns at each row's stage, the cell's
-    provenance), the config that composes to its hash and ``parameters(cfg)`` (the parameter counts of the model
-    the config builds: ``repdegen.reproduce.describe``'s), is marked ``recovered`` (from which file at which commit,
-    what was lost) and is rendered as such; the paths written. Nothing else is made up: a number the rendering does
-    not hold stays missing."""
-    import csv
-
-    from omegaconf import OmegaConf
-    from repdegen.reproduce.runs.execute import plain_config
-    from repdegen.reproduce.settings.config import config_hash
-
-    out = Path(app.paths.tables_dir) / app.table.name / app.scale.name
-    cells_json, table_csv = out / "cells.json", out / "table.csv"
-    if not cells_json.is_file() or not table_csv.is_file():
-        log(f"repdegen: {out}: no rendering to recover records from")
-        return []
-    rendered = load_cells_json(cells_json)
-    lines = list(csv.DictReader(table_csv.open()))
-    ours = {c.config_hash: c for c in cells}
-    at = _git_last_commit(table_csv)
-    written = []
-    # the figures as last drawn, with the recovered cells' curves and geometry in them: kept (moved, not copied)
-    # beside the records, since a rendering from recovered records can no longer draw those rows
-    figures = out / ARCHIVE_DIR / f"figures-{at[:10]}"
-    for entry in rendered.get("cells") or []:
-        h, prov = entry.get("config_hash"), entry.get("provenance")
-        if entry.get("status") != STATUS_COMPLETE or not h or (archive_path(out, h) / "result.json").exists():
-            continue
-        if h not in ours:
-            log(f"repdegen: {app.table.name}: cell [{h}] of the rendering is not a cell of the table now (its config "
-                f"changed since): not recovered")
-            continue
-        if not isinstance(prov, dict) or not prov.get("started"):
-            log(f"repdegen: {app.table.name}: cell [{h}] has no provenance in {cells_json}: not recovered")
-            continue
-        cell = ours[h]
-        metrics: dict[str, dict[str, float]] = {}
-        for i in cell.rows:
-            row = app.table.rows[i]
-            line = next((x for x in lines if x["label"] == row.label and x["group"] == (row.group or "")), None)
-            if line is None or line.get("config_hash") != h or line.get("seeds") != "1":
-                continue  # a row rendered from several seeds holds their mean, not this cell's number
-            values = {col: float(line[f"{col}_ours"]) for col in app.table.columns
-                      if col != "params" and line.get(f"{col}_ours") not in (None, "")}
-            metrics.setdefault(str(row.stage), {}).update(values)
-        for metric, i, value in claim_values(out / "claims.json", app.table):
-            if i in cell.rows and metric not in metrics.get(str(app.table.rows[i].stage), {}):
-                metrics.setdefault(str(app.table.rows[i].stage), {})[metric] = value
-        if not metrics:
-            log(f"repdegen: {app.table.name}: {cell.label} [{h}]: no number of it in {table_csv}: not recovered")
-            continue
-        config = plain_config(cell.cfg)
-        if config_hash(OmegaConf.create(config)) != h:  # the record's config must be the cell's: a bug if not
-            raise UserError(f"{app.table.name}: {cell.label} [{h}]: its config composes to another hash now "
-                            f"({config_hash(OmegaConf.create(config))}); not recovered")
-        gits = [_parse_commit(c) for c in str(prov.get("commit") or "unknown").split(", ")]
-        hardware = _parse_hardware(str(prov.get("hardware") or ""))
-        record = {
-            "status": STATUS_COMPLETE, "label": cell.label, "config_hash": h, "scale": app.scale.name,
-            "config": config, "parameters": parameters(cell.cfg),
-            "git": gits[-1], "hardware": hardware, "starts": [{"git": g, "hardware": hardware} for g in gits],
-            "started": prov["started"], "wall_time_s": prov.get("wall_time_s") or 0.0, "history": [], "metrics": metrics,
-            "recovered": {"from": str(table_csv), "commit": at, "epochs": list(prov.get("epochs") or []),
-                          "figures": str(figures),
-                          "when": dt.datetime.now().isoformat(timespec="seconds"), "lost": RECOVERED_LOST},
-        }
-        path = archive_path(out, h) / "result.json"
-        atomic_write_json(path, record, parents=True)
-        written.append(path)
-        shown = "; ".join(f"{stage}: " + ", ".join(f"{k} {v:.2f}" for k, v in m.items()) for stage, m in metrics.items())
-        log(f"repdegen: {app.table.name}: {cell.label} [{h}]: record recovered from {table_csv} at {at[:10]} ({shown})")
-    pngs = sorted(out.glob("*.png"))
-    if written and pngs:
-        figures.mkdir(parents=True, exist_ok=True)
-        for png in pngs:
-            png.rename(figures / png.name)
-        atomic_write_json(figures / "captions.json", rendered.get("figures") or {})
-        log(f"repdegen: {app.table.name}: its figures as last drawn moved to {figures}/ (the next rendering draws the "
-            f"rows whose history it has)")
-    return written
-
-
-def claim_values(claims_json: Path, table) -> list[tuple[str, int, float]]:
-    """(metric, row index, value) of each one-seed number a rendered ``claims.json`` decided a check on (a metric the
-    table's columns do not show, such as a learning curve's mean, is kept there only)."""
-    from repdegen.reproduce.results.claims import resolve_row
-
-    data = _read_json(claims_json)
-    out = []
-    for claim in (data or {}).get("claims") or []:
-        for check in claim.get("checks") or []:
-            for side in ("row", "than"):
-                values = check.get(f"ours_{side}")
-                if check.get(side) and isinstance(values, list) and len(values) == 1 and isinstance(values[0], (int, float)):
-                    try:
-                        i = resolve_row(table, str(check[side]), "claims")
-                    except UserError:
-                        continue  # a row renamed since: its number is not this table's
-                    out.append((str(check["metric"]), i, float(values[0])))
-    return out
-
-
-def _git_last_commit(path: Path) -> str:
-    import subprocess
-
-    try:
-        path = Path(path).resolve()
-        return subprocess.run(["git", "log", "-1", "--format=%H", "--", path.name], capture_output=True, text=True,
-                              cwd=path.parent, check=True).stdout.strip() or "uncommitted"
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _parse_commit(text: str) -> dict:
-    """A rendered commit (``719274991c``, ``760a1f4bf9+dirty``, ``...+dirty (results/ only)``) as a record's ``git``."""
-    commit, _, flag = text.strip().partition("+")
-    git: dict = {"commit": commit, "dirty": flag.startswith("dirty")}
-    if "results/ only" in flag:
-        git["changed"] = ["results/"]
-    return git
-
-
-def _parse_hardware(text: str) -> dict:
-    """A rendered hardware line back into the record's fields :func:`repdegen.core.provenance.hardware_summary` reads; an
-    error when it is not one of its two forms (it must render as it did)."""
-    import re
-
-    from repdegen.core.provenance import hardware_summary
-
-    cpu = re.fullmatch(r"CPU: (.*) x(\d+) threads \(torch (.+)\)", text)
-    gpu = re.fullmatch(r"(.+) \(torch (.+)\)", text)
-    hw = ({"device": "cpu", "cpu": cpu[1], "torch_threads": int(cpu[2]), "torch": cpu[3]} if cpu else
-          {"device": "cuda", "gpu": gpu[1], "torch": gpu[2]} if gpu else None)
-    if hw is None or hardware_summary(hw) != text:
-        raise UserError(f"a rendered hardware line {text!r} is not one repdegen writes (expected 'CPU: <cpu> x<n> "
-                        f"threads (torch <version>)' or '<gpu> (torch <version>)'); fix it in cells.json")
-    return hw

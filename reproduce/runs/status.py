@@ -22,7 +22,6 @@ from pathlib import Path
 from repdegen.core.errors import CorruptFile
 from repdegen.core.files import output_problem
 from repdegen.reproduce.errors import EXIT_USER_ERROR
-from repdegen.reproduce.runs.archive import kept_recovered
 from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger, read_record
 
 EPILOG = """\
@@ -242,7 +241,6 @@ def collect(runs_dir: str | Path, scale: str | None = None, include_complete: bo
                      "state": state, "facts": facts, "resume": resume, "running_s": since_start(record),
                      "paper_valid_ppl": paper_valid_targets(record, tables_dir),
                      "restored": restored_line(record, run_dir),
-                     "retrain_of": retrained_line(record, run_dir),
                      "error": record.get("error") if state == "failed" else None})
     rows.sort(key=lambda r: (not r["state"].startswith("training"), r["label"], r["hash"]))
     return rows
@@ -267,22 +265,6 @@ def restored_line(record: dict, run_dir: Path) -> str | None:
     return f"restored from {source} ({what})" + (f"; final {shown}" if shown else "")
 
 
-def retrained_line(record: dict, run_dir: Path) -> str | None:
-    """For a cell trained again after its record was recovered (``retrain_recovered=true``): where the recovered
-    record was kept (the latest, when it was trained again more than once) and the numbers it held; None for the
-    others."""
-    if record.get("recovered"):
-        return None
-    kept = kept_recovered(Path(run_dir))
-    if not kept:
-        return None
-    try:
-        old = json.loads(kept[-1].read_text())
-    except (OSError, ValueError):
-        old = {}
-    shown = _final_ppls(old) if isinstance(old, dict) else ""
-    return (f"trained again (retrain_recovered=true): the recovered record is kept in {kept[-1].name}"
-            + (f" (final {shown})" if shown else ""))
 
 
 def format_row(row: dict) -> str:
@@ -318,8 +300,6 @@ def format_row(row: dict) -> str:
     lines = [head, "    " + body]
     if f is not None and row.get("restored"):
         lines.append("    " + row["restored"])
-    if row.get("retrain_of"):
-        lines.append("    " + row["retrain_of"])
     if row.get("error"):
         lines.append(f"    error: {row['error']}")
     if row.get("resume"):

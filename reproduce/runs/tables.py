@@ -65,8 +65,6 @@ from repdegen.reproduce.runs.archive import (
     read_projection,
     restore_records,
     restored_from,
-    retrain_recovered,
-    standing_record,
     svd_caption,
 )
 from repdegen.reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
@@ -156,10 +154,6 @@ class TableAppConfig:
     # records/) of cells the ledger lacks (a work tree, ledger included, lost between sessions): they count as
     # complete and are not trained again (reproduce/runs/archive.py). Off: a fresh clone trains every cell
     restore: bool = False
-    # train again the cells of the rows ``rows`` names whose ledger record was recovered from a rendering (no
-    # history, no weights, only the metrics the table showed: reproduce/runs/archive.py, retrain_recovered); their
-    # recovered record is kept beside the new run. Needs rows=: a paper cell is hours of training
-    retrain_recovered: bool = False
     # pre-register the table's claims and cells at this scale (results/tables/<t>/<scale>/registration.json) and
     # stop: commit that file before the cells run (reproduce/runs/registration.py); a run registers them too
     register_only: bool = False
@@ -319,11 +313,6 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
         statuses = []
         for cell in row_cells:
             record = ledger.load(cell.config_hash)
-            if record is not None and record.get("status") != STATUS_COMPLETE:
-                standing = standing_record(ledger.run_dir(cell.config_hash), cell.config_hash)
-                if standing is not None:  # trained again (retrain_recovered): the recovered record stands meanwhile
-                    done_epochs = sum(1 for e in record.get("history") or [] if e.get("stage", "train") == "train")
-                    record = dict(standing, _retraining={"epochs": done_epochs, "status": record.get("status")})
             status = "missing" if record is None else record.get("status", "missing")
             if record is None and (run_status or {}).get(cell.config_hash) == "failed":
                 status = "failed"
@@ -741,8 +730,6 @@ def cell_provenance(record: dict) -> dict:
     epochs = [sessions[k] for k in sorted(sessions)] or list(recovered.get("epochs") or [])
     out = {"recovered": f"{recovered.get('from')} at {str(recovered.get('commit'))[:10]}",
            "recovered_figures": recovered.get("figures")} if recovered else {}
-    if record.get("_retraining"):
-        out["retraining_epochs"] = int(record["_retraining"].get("epochs") or 0)
     return out | {"row": record.get("_row_label"), "seed": record.get("_seed"), "config_hash": record.get("config_hash"),
             "epochs": epochs, "wall_time": _fmt_seconds(record.get("wall_time_s", 0.0)),
             "wall_time_s": record.get("wall_time_s"),
@@ -852,9 +839,6 @@ def run_tables(apps: list[DictConfig]) -> int:
     runs once), then render each table; return the number of cells that did not complete."""
     start = time.time()
     validate_launch(apps[0].launch)  # before anything is registered or run
-    if apps[0].get("retrain_recovered") and (apps[0].render_only or any(a.get("rows") is None for a in apps)):
-        raise ConfigError("retrain_recovered=true trains finished cells again (hours each at paper): name their rows "
-                          "(rows='[\"<group> / <label>\"]'), and not with render_only=true, which trains nothing")
     expanded = [(app, expand_cells(app)) for app in apps]
     asked = [{c.config_hash: c for c in selected_cells(app, cells)} for app, cells in expanded]
     unique: dict[str, Cell] = {}
@@ -876,10 +860,6 @@ def run_tables(apps: list[DictConfig]) -> int:
         restored = restore_records(Path(first.paths.tables_dir), ledger.root, list(every.values()))
         print(f"repdegen: restore=true: {len(restored)} run record(s) restored into {ledger.root} from "
               f"{first.paths.tables_dir}/*/*/{ARCHIVE_DIR}/")
-    if first.get("retrain_recovered"):
-        moved = retrain_recovered(ledger.root, list(unique.values()))
-        print(f"repdegen: retrain_recovered=true: {len(moved)} recovered record(s) moved aside; "
-              f"{'those cells train' if moved else 'nothing to train'} again")
     if first.render_only:
         run_status: dict[str, str] = {}
         for h in unique:
