@@ -74,11 +74,18 @@ _ACCESS_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 def as_user_error(err: BaseException) -> UserError | None:
     """The :class:`UserError` an exception from outside our code stands for, or None when it is a bug:
 
+    * a composition Hydra refused (an unknown config group option, scale or key, a bad override);
     * a required config value left out (OmegaConf's ``MissingMandatoryValue``);
     * a read-only directory or a full disk (``OSError`` with EACCES/EPERM/EROFS, ENOSPC/EDQUOT/EFBIG).
     """
     if isinstance(err, UserError):
         return err
+    try:  # a composition the entry point asked Hydra for (hydra.compose): an unknown option, scale or key
+        from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    except ImportError:  # pragma: no cover
+        ConfigCompositionException = MissingConfigException = OverrideParseException = ()  # noqa: N806
+    if isinstance(err, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
+        return ConfigError(condense_hydra_error(err))
     try:
         from omegaconf.errors import MissingMandatoryValue
     except ImportError:  # pragma: no cover

@@ -4,12 +4,15 @@ own numbers where the paper prints them (a check on the transcription)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import repdegen.reproduce.runs.tables  # noqa: F401  (registers the table schema)
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from repdegen.reproduce.errors import ConfigError
 from repdegen.reproduce.results.claims import (
+    CONSOLE_WIDTH,
     FAILS,
     HOLDS,
     TIE,
@@ -244,9 +247,13 @@ def test_rendered_claims_show_mean_sd_margin_and_seed_counts():
     smoke = "\n".join(claims_markdown(verdicts, "S", "smoke", [1, 2]))
     assert "not meaningful at smoke" in smoke
     console = claims_console(verdicts, "S (2020), Table 1", "lite", [1, 2]).splitlines()
-    assert console[0].startswith("  Claims (S (2020), Table 1)") and "ours (2 seeds)" in console[0]
-    assert console[1].split()[:8] == ["✓", "c", "87.30", "→", "82.70", "101.0", "±", "1.4"]
+    assert console[0].startswith("  Claims (S (2020), Table 1)") and "ours (2 seeds) vs paper" in console[0]
+    assert console[1].split() == ["✓", "c", "ours", "101.0", "→", "96.00,", "paper", "87.30", "→", "82.70"]
     assert console[2].split()[0] == "≈"
+    # a long claim text is cut to keep its line within the width, the numbers whole
+    long = [dataclasses.replace(verdicts[0], claim=OmegaConf.merge(verdicts[0].claim, {"text": "x" * 300}))]
+    line = claims_console(long, "S", "lite", [1, 2]).splitlines()[1]
+    assert len(line) == CONSOLE_WIDTH and "x…  ours 101.0 → 96.00, paper 87.30 → 82.70" in line
     csv_text = claims_csv(verdicts, "lite")
     assert "100 102" in csv_text and "95 97" in csv_text and "holds" in csv_text and ",tie," in csv_text
     assert summary_line(verdicts, "t", "lite") == "repdegen: claims of t at lite: 1 ✓, 0 ✗, 1 ≈ (ties), 0 – of 2 decidable"

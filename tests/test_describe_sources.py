@@ -101,6 +101,16 @@ def test_describe_cli_annotates_and_names_the_rows_on_a_bad_label():
     assert "Traceback" not in bad.stderr
 
 
+def test_describe_of_a_table_cell_at_an_unknown_scale_is_one_error_line():
+    """A composition Hydra refuses inside describe's own composing (scale=medium is not a scale): one
+    ``repdegen: error:`` line naming the scales, exit 2, no traceback."""
+    bad = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "table=inan2017_t1", "row=VD-LSTM",
+                          "scale=medium"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stdout == ""
+    assert bad.stderr.startswith("repdegen: error:") and "scale/medium" in bad.stderr and "lite, paper, smoke" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
 def test_describe_json_is_alone_on_stdout_when_a_preset_section_applies():
     """A preset's objective section applies (inan2016/h200's AL: its alpha, temperature and form): the note that
     says so goes to stderr, and stdout parses as the JSON (for ``| python -c 'json.load(sys.stdin)'`` and jq)."""

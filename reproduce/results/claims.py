@@ -609,17 +609,49 @@ def claims_csv(verdicts: list[Verdict], scale: str) -> str:
     return buf.getvalue()
 
 
+CONSOLE_WIDTH = 120
+
+
+def _console_evidence(r: CheckResult) -> str:
+    """One check in a few characters: ours (the means, ``than → row``) vs the paper's."""
+    from repdegen.reproduce.results.render import _fmt
+
+    m = r.check.metric
+    mean = lambda xs: statistics.fmean(xs) if xs else None  # noqa: E731
+    if r.check.than is not None:
+        ours = f"{_fmt(mean(r.than_values), m)} → {_fmt(mean(r.row_values), m)}" if r.row_values else "–"
+        paper = (f"{_fmt(r.paper_than, m)} → {_fmt(r.paper_row, m)}"
+                 if r.paper_row is not None or r.paper_than is not None else "–")
+    else:
+        ours = _fmt(mean(r.row_values), m) if r.row_values else "–"
+        paper = _fmt(r.paper_row, m) if r.paper_row is not None else "–"
+    return f"ours {ours}, paper {paper}"
+
+
 def claims_console(verdicts: list[Verdict], source: str, scale: str, seeds: list) -> str:
-    """The verdicts as plain lines for the end of ``repdegen.reproduce.table``'s output."""
+    """The verdicts for the end of ``repdegen table``'s output: one line per claim, at most :data:`CONSOLE_WIDTH`
+    characters (mark, the claim's text shortened, ours vs the paper's for its first check); the margins, the per-seed
+    values and every check are in the rendered table.md / claims.csv and the table's page."""
     n = len(seeds)
-    rows = [(verdict_mark(v), v.claim.text, "; ".join(describe_check(r)[1] for r in v.checks),
-             "; ".join(describe_check(r)[2] for r in v.checks)) for v in verdicts]
-    width = max([len(r[1]) for r in rows] + [10])
-    pw = max([len(r[2]) for r in rows] + [5])
-    head = f"  Claims ({source}){' — not meaningful at smoke' if scale == 'smoke' else ''}"
-    lines = [f"{head:<{width + 4}}  {'paper':<{pw}}  ours ({n} seed{'s' if n != 1 else ''})"]
-    lines += [f"  {m} {t:<{width}}  {p:<{pw}}  {o}" for m, t, p, o in rows]
+    caveat = " — not meaningful at smoke" if scale == "smoke" else ""
+    head = f"  Claims ({source}){caveat}: ours ({n} seed{'s' if n != 1 else ''}) vs paper; the evidence is in table.md"
+    lines = [_fit(head, CONSOLE_WIDTH)]
+    for v in verdicts:
+        evidence = _console_evidence(v.checks[0]) if v.checks else ""
+        if len(v.checks) > 1:
+            evidence += f" (+{len(v.checks) - 1} check{'s' if len(v.checks) > 2 else ''})"
+        mark = f"  {verdict_mark(v)} "
+        room = CONSOLE_WIDTH - len(mark) - len(evidence) - 2
+        if room < 24:  # a long number pair: the text keeps 24 characters, the evidence gives way
+            room = 24
+            evidence = _fit(evidence, CONSOLE_WIDTH - len(mark) - room - 2)
+        lines.append(f"{mark}{_fit(v.claim.text, room):<{room}}  {evidence}".rstrip())
     return "\n".join(lines)
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)].rstrip() + "…"
 
 
 def summary_line(verdicts: list[Verdict], table: str, scale: str) -> str:

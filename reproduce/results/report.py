@@ -328,7 +328,7 @@ def bench_table(path: Path) -> list[str]:
     lines = [f"`{path.name}`: commit `{git.get('commit', 'unknown')[:10]}`, {device}, torch {torch_version}."
              + (f" {note[0].upper()}{note[1:]}." if note else ""), ""]
     if data.get("command"):
-        lines += [f"    {data['command']}", ""]
+        lines += ["```", data["command"], "```", ""]  # the command as it ran (a script may have left the product since)
     lines += ["| model | objective | precision | tokens/update | step time (s) | tokens/s | peak mem (GB) | MFU "
               "| step time vs MLE |",
               "|---|---|---|---|---|---|---|---|---|"]
