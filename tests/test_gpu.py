@@ -139,7 +139,7 @@ def test_chunked_softmax_loss_on_gpu_equals_the_fused_one(gated):
 
 @pytest.mark.parametrize("objective", ["re", "real"])
 def test_reduce_overhead_compile_gives_the_eager_losses_on_gpu(compose_cfg, tmp_path, objective):
-    """trainer.compile_mode=reduce-overhead (CUDA graphs; scripts/device_medium_graphs.sh): the VD-LSTM's hidden state
+    """trainer.compile_mode=reduce-overhead (CUDA graphs): the VD-LSTM's hidden state
     carried from one update to the next is an output of the graph, which its next replay overwrites. Six consecutive
     updates (the graph recorded, then replayed) must give eager's losses and leave eager's weights (no dropout: the
     compiled RNG is another stream)."""

@@ -165,7 +165,7 @@ def fake_popen(monkeypatch, launch, record):
 
 
 def test_a_repeated_gpu_id_is_a_slot_and_a_multi_gpu_cell_gets_distinct_ids(monkeypatch, tmp_path):
-    """launch.gpus=[0,0,1] (scripts/device_lite.sh runs several small cells on one GPU this way): three 1-GPU cells
+    """launch.gpus=[0,0,1] (several small cells on one GPU): three 1-GPU cells
     start at once, two on GPU 0 and one on GPU 1; a 2-GPU cell gets GPUs 0 and 1, never "0,0"; a 3-GPU cell on
     these two distinct GPUs gets both."""
     import repdegen.reproduce.runs.launch as launch
