@@ -5,8 +5,6 @@ and nothing is created or overwritten."""
 from __future__ import annotations
 
 import errno
-import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -53,14 +51,3 @@ def test_the_entry_points_refuse_before_working(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         sweeps.parse_args([str(tmp_path), "--out", str(blocker)])
     assert stop.value.code == 2 and f"--out {blocker} is a file; expected a folder" in capsys.readouterr().err
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import schedule_probe
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    kept = tmp_path / "probe.json"
-    kept.write_text(json.dumps({"valid_ppl": 1.0}))
-    with pytest.raises(SystemExit) as stop:
-        schedule_probe.main([str(tmp_path / "runs"), "--out", str(kept)])
-    assert stop.value.code == 2 and "exists; expected a new path" in capsys.readouterr().err
-    assert json.loads(kept.read_text()) == {"valid_ppl": 1.0}
