@@ -186,11 +186,16 @@ def condense_hydra_error(ex: BaseException) -> str:
         fix = "pick one of the options listed"
     elif re.search(r"Key '.*' not in|Could not override|Could not append", message):
         fix = "check the key's spelling (repdegen describe <overrides> prints the whole config)"
+        # Hydra's "To append to your config use +key=value" would add a key no code reads (and a schema section
+        # refuses it), "... default list use +group=option" a group this command does not have: never offered
+        message = re.sub(r"\.? ?;? ?To append to your (config|default list) use \+[^;\s]+", "", message)
         near = _nearest_fields(message)
         if near:
-            # Hydra's "To append to your config use +key=value" would add a key no code reads: name the fields instead
-            message = re.sub(r"; To append to your config use \+[^;\s]+", "", message)
             fix = f"did you mean {' or '.join(near)}? " + fix
+        elif "No match in the defaults list" in message:
+            group = re.search(r"Could not override '([^']+)'", message)
+            what = f"'{group.group(1)}'" if group else "that group"
+            fix = f"this command has no config group {what}: leave it out (the command's --help lists its settings)"
     elif re.search(r"no viable alternative|mismatched input|extraneous input|token recognition error", message):
         fix = ("quote a value that holds '=', ',', brackets or spaces, e.g. 'key=\"a=b\"' or "
                "overrides='[\"trainer.device=cpu\"]' (https://hydra.cc/docs/advanced/override_grammar/basic)")

@@ -226,8 +226,11 @@ def expand_cells(app: DictConfig) -> list[Cell]:
             except UserError:
                 raise
             except Exception as err:  # a composition error names the bad row, not just the key
+                from repdegen.reproduce.errors import as_user_error, condense_hydra_error
+
                 where = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}"
-                raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {err}") from None
+                what = as_user_error(err) or condense_hydra_error(err)
+                raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {what}") from None
             cfg, h = spec.cfg, spec.config_hash
             if h in cells:
                 cells[h].rows.append(i)
