@@ -636,16 +636,19 @@ def claims_console(verdicts: list[Verdict], source: str, scale: str, seeds: list
     caveat = " — not meaningful at smoke" if scale == "smoke" else ""
     head = f"  Claims ({source}){caveat}: ours ({n} seed{'s' if n != 1 else ''}) vs paper; the evidence is in table.md"
     lines = [_fit(head, CONSOLE_WIDTH)]
+    rows = []
     for v in verdicts:
         evidence = _console_evidence(v.checks[0]) if v.checks else ""
         if len(v.checks) > 1:
             evidence += f" (+{len(v.checks) - 1} check{'s' if len(v.checks) > 2 else ''})"
-        mark = f"  {verdict_mark(v)} "
-        room = CONSOLE_WIDTH - len(mark) - len(evidence) - 2
-        if room < 24:  # a long number pair: the text keeps 24 characters, the evidence gives way
-            room = 24
-            evidence = _fit(evidence, CONSOLE_WIDTH - len(mark) - room - 2)
-        lines.append(f"{mark}{_fit(v.claim.text, room):<{room}}  {evidence}".rstrip())
+        rows.append((f"  {verdict_mark(v):<3} ", v.claim.text, evidence))
+    # the evidence in one column: the claim's text gets what the longest evidence leaves (at least 40 characters),
+    # a longer evidence is cut instead
+    lead = max((len(m) for m, _, _ in rows), default=6)
+    room = max(40, CONSOLE_WIDTH - lead - 2 - max((len(e) for _, _, e in rows), default=0))
+    for mark, text, evidence in rows:
+        line = f"{mark:<{lead}}{_fit(text, room):<{room}}  {_fit(evidence, CONSOLE_WIDTH - lead - room - 2)}"
+        lines.append(line.rstrip())
     return "\n".join(lines)
 
 
