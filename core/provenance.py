@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 # the folder above the package's code: a git checkout when repdegen runs from one (an editable install), else the
-# site-packages folder of a wheel (no git: the commit is "unknown" and the installed version is recorded)
+# site-packages folder of a wheel (no checkout there: the commit is recorded as "unknown")
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -73,14 +73,13 @@ def cfg_request(argv: list[str]):
 
 def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config") -> bool:
     """Hydra's ``--cfg job`` / ``--cfg all`` (``-c``, ``-p <package>``, ``--resolve``) for an app whose config the project
-    resolves further (``repdegen.reproduce.train``, ``repdegen.reproduce.describe``): Hydra would print its own composition,
-    before the
-    preset's sections, the scale, the budget and :func:`repdegen.reproduce.settings.config.finalize`. Printed instead: the config
-    the run trains, :func:`repdegen.reproduce.settings.resolve.resolve`'s (the one ``repdegen.reproduce.describe`` shows); for
-    ``all``,
-    Hydra's own ``hydra:`` section follows, from Hydra (``sys.argv`` is set to ask it for ``--cfg hydra``; not resolved,
-    its interpolations name the job's keys). With ``-m``: one line and exit status 2 (a sweep's jobs differ). Returns True
-    when it printed everything, False when Hydra should go on (no ``--cfg``, ``--cfg hydra``, ``--help``...)."""
+    resolves further (``repdegen.reproduce.train``, ``repdegen.reproduce.describe``): Hydra would print its own
+    composition, before the preset's sections, the scale, the budget and
+    :func:`repdegen.reproduce.settings.config.finalize`. Printed instead: the config the run trains,
+    :func:`repdegen.reproduce.settings.resolve.resolve`'s (the one ``repdegen.reproduce.describe`` shows); for
+    ``all``, Hydra's own ``hydra:`` section follows, from Hydra (``sys.argv`` is set to ask it for ``--cfg hydra``; not
+    resolved, its interpolations name the job's keys). With ``-m``: one line and exit status 2 (a sweep's jobs differ).
+    Returns True when it printed everything, False when Hydra should go on (no ``--cfg``, ``--cfg hydra``, ``--help``...)."""
     argv = sys.argv if argv is None else argv
     args = cfg_request(argv)
     if args is None:
