@@ -71,7 +71,7 @@ lint:
 # Sweeps (docs/sweeps.md): a Hydra multirun over the preset's values x seeds (conf/sweep/<name>.yaml), aggregated
 # into the sweep folder (aggregate.md/.csv/.json, one PNG per metric) by the preset's callback, or here when a job
 # failed. Empty VALUES / SEEDS / EXPERIMENT = the preset's; SWEEP_DIR = outputs/multirun/<name>-<scale>/<date_time>.
-# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (its scales: section).
+# AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (conf/experiment_scale/).
 # make sweep NAME=<preset of conf/sweep/> [SCALE= VALUES= SEEDS= EXPERIMENT= SWEEP_DIR= ARGS=]: VALUES goes to the
 # preset's swept key (its hydra.sweeper.params other than seed); sweep-gamma and sweep-alpha are two names of it.
 sweep:

@@ -74,7 +74,7 @@ def cfg_request(argv: list[str]):
 def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config") -> bool:
     """Hydra's ``--cfg job`` / ``--cfg all`` (``-c``, ``-p <package>``, ``--resolve``) for an app whose config the project
     resolves further (``repdegen.reproduce.train``, ``repdegen.reproduce.describe``): Hydra would print its own
-    composition, before the preset's sections, the scale, the budget and
+    composition without the experiment's file for the scale and before
     :func:`repdegen.reproduce.settings.config.finalize`. Printed instead: the config the run trains,
     :func:`repdegen.reproduce.settings.resolve.resolve`'s (the one ``repdegen.reproduce.describe`` shows); for
     ``all``, Hydra's own ``hydra:`` section follows, from Hydra (``sys.argv`` is set to ask it for ``--cfg hydra``; not
@@ -108,7 +108,7 @@ def show_resolved_cfg(argv: list[str] | None = None, config_name: str = "config"
         print(f"package '{package}' not found in config", file=sys.stderr)
         sys.exit(1)
     describe = " ".join(["repdegen describe", *args.overrides, "sources=true"])
-    print(f"repdegen: --cfg {args.cfg}: the config this run trains (the preset's sections, the scale and budget applied, "
+    print(f"repdegen: --cfg {args.cfg}: the config this run trains (the experiment's files, the scale and budget applied, "
           f"finalized; config hash {spec.config_hash}); `{describe}` says where each value comes from",
           file=sys.stderr, flush=True)
     if not OmegaConf.is_config(node):

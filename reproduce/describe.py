@@ -8,7 +8,7 @@ config with where each value comes from.
     repdegen describe experiment=inan2017/small objective=real scale=lite --cfg job   # the config, as YAML
 
 The annotated form prints ``key: value  # source [over: the layers it overrode]`` for every key a file, an
-override or a preset's section sets (``all=true``: schema defaults too), then the config hash
+override sets (``all=true``: schema defaults too), then the config hash
 (see :mod:`repdegen.reproduce.settings.sources`).
 
 The vocabulary size is counted from the corpus when it is in a local directory (``REPDEGEN_DATA_DIR``),
@@ -155,7 +155,7 @@ def annotated(args: list[str]) -> str:
         cfg, sources = compose_with_sources(overrides)
     h = config_hash(cfg)
     header.append(f"# repdegen train {' '.join(o for o in overrides if not o.startswith(('paths.', 'logger.')))}")
-    header.append(f"# config hash {h}; every key a config file, a preset's section or an override sets"
+    header.append(f"# config hash {h}; every key a config file or an override sets"
                   + (", and the schema defaults" if show_all else " (all=true: the schema defaults too)"))
     return "\n".join(header + [format_sources(cfg, sources, only_set=not show_all)])
 

@@ -53,10 +53,9 @@ from repdegen.reproduce.settings.resolve import RunSpec, record_job_spec, resolv
 
 
 def resolve_app(app_cfg: DictConfig | None = None) -> RunSpec:
-    """The spec of this Hydra app's overrides (:func:`repdegen.reproduce.settings.resolve.resolve`: the experiment preset's
-    sections
-    for the objective and scale included; e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at
-    lite); the command line wins."""
+    """The spec of this Hydra app's overrides (:func:`repdegen.reproduce.settings.resolve.resolve`), the experiment's
+    file for the scale included (e.g. Yu's GPT-2-medium preset trains the 6-layer LM on WikiText-2 BPE at lite); the
+    command line wins."""
     hydra_cfg = HydraConfig.get()
     if app_cfg is not None:  # the app's own composition of its overrides, its group choices added
         OmegaConf.set_struct(app_cfg, False)
@@ -64,13 +63,11 @@ def resolve_app(app_cfg: DictConfig | None = None) -> RunSpec:
         OmegaConf.set_struct(app_cfg, True)
     spec = resolve(list(hydra_cfg.overrides.task), composed=app_cfg)
     if spec.preset:
-        choices = [e for e in spec.preset if "." not in e.split("=", 1)[0]]
-        n = len(spec.preset) - len(choices)
-        what = " ".join(choices) + (" and " if choices and n else "") + (f"{n} value{'s' * (n != 1)}" if n else "")
+        chosen = " ".join(f"{g}={spec.choices[g]}" for g in ("model", "dataset", "budget") if spec.choices.get(g))
         # on stderr: a note, and describe's stdout is its JSON alone
-        dist.print_main(f"repdegen: the preset {spec.choices.get('experiment')} at scale={spec.cfg.scale.name} with "
-                        f"objective={spec.cfg.objective.name}: {what} from its sections (`repdegen describe "
-                        f"... sources=true` lists them; the command line wins)", file=sys.stderr, flush=True)
+        dist.print_main(f"repdegen: experiment={spec.choices.get('experiment')} at scale={spec.cfg.scale.name}: "
+                        f"conf/experiment_scale/{spec.choices['experiment_scale']}.yaml, {chosen} (`repdegen describe "
+                        f"... sources=true` lists its values; the command line wins)", file=sys.stderr, flush=True)
     return spec
 
 

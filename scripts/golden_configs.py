@@ -42,13 +42,14 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
     from repdegen.reproduce.settings.resolve import resolve
     index: dict[str, list[dict]] = {}
     views: dict[str, dict] = {}
+    memo: dict = {}  # the defaults trees, shared by the tables' rows
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for name in all_table_names():
             for scale in SCALES:
                 app = compose("table_app", overrides=[f"table={name}", f"scale={scale}"])
                 app.overrides = []
                 entries = []
-                for cell in expand_cells(app):
+                for cell in expand_cells(app, memo):
                     views.setdefault(cell.config_hash, hashed_view(cell.cfg))
                     for i in cell.rows:
                         row = app.table.rows[i]
@@ -57,7 +58,7 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
                 index[f"table/{name}/{scale}"] = sorted(entries, key=lambda e: (e["row"], str(e["seed"])))
         for name in experiment_names():
             for scale in SCALES:
-                spec = resolve([f"experiment={name}", f"scale={scale}"])
+                spec = resolve([f"experiment={name}", f"scale={scale}"], memo=memo)
                 h = spec.config_hash
                 views.setdefault(h, hashed_view(spec.cfg))
                 index[f"experiment/{name}/{scale}"] = [{"row": None, "seed": None, "hash": h}]

@@ -68,11 +68,16 @@ def test_scale_budget_and_width_are_attributed_to_the_scale_file():
     assert "conf/experiment/gao2019/awd_lstm_wt2.yaml" in sources["trainer.max_epochs"]
     assert sources["model.hidden_size"][-1].startswith("scale.width_mult=0.1")
     assert sources["dataset.train_tokens"][-1] == "conf/scale/smoke.yaml = ${scale.train_tokens}"
-    # the preset's own smoke section sets what the scale leaves (one finetune epoch)
-    assert experiment["scales"]["smoke"]["trainer.finetune_epochs"] == cfg.trainer.finetune_epochs == 1
-    assert sources["trainer.finetune_epochs"][-1] == ("conf/experiment/gao2019/awd_lstm_wt2.yaml scales.smoke: "
-                                                      "trainer.finetune_epochs=1")
-    assert not any(k.startswith(("scales.", "objectives.")) for k in sources)
+    # the preset's own file for smoke sets what the scale leaves (one finetune epoch)
+    at_smoke = yaml.safe_load((CONF_DIR / "experiment_scale" / "gao2019" / "awd_lstm_wt2" / "smoke.yaml").read_text())
+    assert at_smoke["trainer"]["finetune_epochs"] == cfg.trainer.finetune_epochs == 1
+    assert sources["trainer.finetune_epochs"][-1] == "conf/experiment_scale/gao2019/awd_lstm_wt2/smoke.yaml"
+    # and the preset's values for the objective
+    al = yaml.safe_load((CONF_DIR / "experiment_objective" / "inan2016" / "h650" / "al.yaml").read_text())
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg, sources = compose_with_sources(["experiment=inan2016/h650", "objective=al"])
+    assert cfg.objective.alpha == al["alpha"] == 0.35
+    assert sources["objective.alpha"][-1] == "conf/experiment_objective/inan2016/h650/al.yaml"
 
 
 def test_a_table_cell_described_is_the_cell_the_table_runs():
@@ -92,8 +97,7 @@ def test_describe_cli_annotates_and_names_the_rows_on_a_bad_label():
     ok = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "table=yu2022_t7", "row=AGG", "scale=lite"],
                         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert ("objective.alpha: 0.08  # conf/experiment/yu2022/transformer_base_wmt14.yaml objectives.agg: "
-            "objective.alpha=0.08") in ok.stdout
+    assert "objective.alpha: 0.08  # conf/experiment_objective/yu2022/transformer_base_wmt14/agg.yaml" in ok.stdout
     assert "# config hash " in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "table=yu2022_t7", "row=agg", "scale=lite"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -111,15 +115,16 @@ def test_describe_of_a_table_cell_at_an_unknown_scale_is_one_error_line():
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_describe_json_is_alone_on_stdout_when_a_preset_section_applies():
-    """A preset's objective section applies (inan2016/h200's AL: its alpha, temperature and form): the note that
-    says so goes to stderr, and stdout parses as the JSON (for ``| python -c 'json.load(sys.stdin)'`` and jq)."""
+def test_describe_json_is_alone_on_stdout_when_a_presets_scale_file_applies():
+    """The preset's file for the scale applies (inan2016/h200 at lite: its budget) and its values for the objective
+    (AL: alpha, temperature and form): the note that names the file goes to stderr, and stdout parses as the JSON
+    (for ``| python -c 'json.load(sys.stdin)'`` and jq)."""
     import json
 
-    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "experiment=inan2016/h200", "scale=paper",
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.describe", "experiment=inan2016/h200", "scale=lite",
                           "objective=al", "model.dropout=0.3"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "from its sections" in out.stderr
+    assert "conf/experiment_scale/inan2016/h200/lite.yaml, model=inan2016_lstm_200 dataset=ptb" in out.stderr
     d = json.loads(out.stdout)
     assert d["config"]["objective"]["alpha"] == 0.3 and d["config"]["objective"]["form"] == "kl"
 

@@ -1,8 +1,8 @@
-"""An experiment preset holds its own per-objective values (`objectives:`) and lite/smoke budgets (`scales:`), applied
-as overrides over the preset by the one composition (`repdegen.reproduce.settings.config.compose_preset`); the scale file states
-what a
-scale sets (no hidden caps); a table row and the command line win over all of them. Expected values are read from
-the YAML files themselves (yaml.safe_load, not our code)."""
+"""An experiment preset's values per objective (conf/experiment_objective/), a budget's (conf/budget_objective/) and
+what the preset sets at a scale (conf/experiment_scale/, which may choose a stand-in model, dataset and budget) are
+options of Hydra's defaults list, composed once; the scale file states what a scale sets (no hidden caps); a table
+row and the command line win over all of them. Expected values are read from the YAML files themselves
+(yaml.safe_load, not our code)."""
 
 import json
 import os
@@ -15,13 +15,19 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from repdegen.reproduce.runs.tables import compose_cell, expand_cells
-from repdegen.reproduce.settings.config import CONF_DIR, ConfigError, _override_value, config_hash, finalize, preset_overrides
+from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _yaml(*parts):
     return yaml.safe_load((CONF_DIR.joinpath(*parts)).read_text())
+
+
+def _overrides_of(*parts) -> dict:
+    """The group choices an experiment_scale file makes (its defaults list's ``override /<group>: <option>``)."""
+    entries = _yaml(*parts).get("defaults") or []
+    return {k.split("/", 1)[1].replace("override ", ""): v for e in entries if isinstance(e, dict) for k, v in e.items()}
 
 
 def _cells(experiment, *overrides):
@@ -35,7 +41,7 @@ def test_the_preset_chooses_its_stand_in_unless_the_command_line_does():
     assert (lite.model.name, lite.dataset.name) == ("transformer_lm6", "wikitext2_bpe")
     assert (paper.model.name, paper.dataset.name) == ("gpt2_medium", "wikitext103")
     assert (mine.model.name, mine.dataset.name) == ("gpt2_medium", "wikitext2_bpe")  # the command line's model wins
-    section = _yaml("experiment", "yu2022", "gpt2_wt103.yaml")["scales"]["lite"]
+    section = _overrides_of("experiment_scale", "yu2022", "gpt2_wt103", "lite.yaml")
     assert (section["dataset"], section["model"], section["budget"]) == ("wikitext2_bpe", "transformer_lm6",
                                                                         "transformer_lm_lite")
     budget = _yaml("budget", "transformer_lm_lite.yaml")
@@ -43,7 +49,7 @@ def test_the_preset_chooses_its_stand_in_unless_the_command_line_does():
 
 
 def test_objective_values_come_from_the_preset_and_the_command_line_wins():
-    values = _yaml("experiment", "inan2016", "h650.yaml")["objectives"]["al"]
+    values = _yaml("experiment_objective", "inan2016", "h650", "al.yaml")
     al, real_mine, mle = _cells("inan2016/h650", ["objective=al"], ["objective=real", "objective.alpha=0.5"],
                                 ["objective=mle"])
     assert (al.objective.alpha, al.objective.form) == (values["alpha"], values["form"]) == (0.35, "ce")
@@ -52,8 +58,8 @@ def test_objective_values_come_from_the_preset_and_the_command_line_wins():
 
 
 def test_a_budget_sets_objective_values_at_its_scale_and_the_command_line_wins():
-    budget = _yaml("budget", "transformer_lm_lite.yaml")["objectives"]
-    preset = _yaml("experiment", "yu2022", "gpt2_wt103.yaml")["objectives"]
+    budget = {o: _yaml("budget_objective", "transformer_lm_lite", f"{o}.yaml") for o in ("agg", "ul_agg_gated")}
+    preset = {o: _yaml("experiment_objective", "yu2022", "gpt2_wt103", f"{o}.yaml") for o in ("agg", "ul_agg_gated")}
     lite, paper, lite_ul, mine = _cells("yu2022/gpt2_wt103", ["scale=lite", "objective=agg"], ["scale=paper", "objective=agg"],
                                         ["scale=lite", "objective=ul_agg_gated"],
                                         ["scale=lite", "objective=agg", "objective.alpha=0.05"])
@@ -64,13 +70,13 @@ def test_a_budget_sets_objective_values_at_its_scale_and_the_command_line_wins()
 
 
 def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_line_wins():
-    # dotted keys in a preset's section (zaremba2014/small), and a budget the section names (inan2017/small)
-    section = _yaml("experiment", "zaremba2014", "small.yaml")["scales"]["lite"]
+    # values in a preset's file for the scale (zaremba2014/small), and a budget the file names (inan2017/small)
+    section = _yaml("experiment_scale", "zaremba2014", "small", "lite.yaml")
     lite, lite_mine, paper = _cells("zaremba2014/small", ["scale=lite"], ["scale=lite", "trainer.max_epochs=5"],
                                     ["scale=paper"])
-    assert lite.trainer.max_epochs == section["trainer.max_epochs"] != paper.trainer.max_epochs
-    assert lite.dataset.train_tokens == section["dataset.train_tokens"] and paper.dataset.train_tokens is None
-    assert _yaml("experiment", "inan2017", "small.yaml")["scales"]["lite"]["budget"] == "inan2017_small_lite"
+    assert lite.trainer.max_epochs == section["trainer"]["max_epochs"] != paper.trainer.max_epochs
+    assert lite.dataset.train_tokens == section["dataset"]["train_tokens"] and paper.dataset.train_tokens is None
+    assert _overrides_of("experiment_scale", "inan2017", "small", "lite.yaml")["budget"] == "inan2017_small_lite"
     budget = _yaml("budget", "inan2017_small_lite.yaml")
     small, smoke, smoke_mine, small_paper = _cells("inan2017/small", ["scale=lite"], ["scale=smoke"],
                                                    ["scale=smoke", "trainer.max_epochs=2"], ["scale=paper"])
@@ -91,32 +97,16 @@ def test_scale_sections_budgets_and_the_scale_file_are_stated_and_the_command_li
     assert mt.trainer.max_updates == budget["trainer"]["max_updates"] and mt.dataset.name == "multi30k_en_de"
 
 
-@pytest.mark.parametrize("value", [None, True, False, 8000, 0.0007, 1e-07, "ce", "a b", "it's", "null", "1", "x=y",
-                                   [13000, 36000], ["a", "b c"]])
-def test_override_values_read_back_through_hydra(value):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"+probe={_override_value(value)}"])
-    got = OmegaConf.to_container(cfg)["probe"]
-    assert got == value and type(got) is type(value)
-
-
-def test_a_mapping_in_a_scale_section_is_a_clear_error():
-    cfg = OmegaConf.create({"scale": {"name": "lite"}, "objective": {"name": "mle"},
-                            "scales": {"lite": {"trainer": {"max_epochs": 3}}}})
-    with pytest.raises(ConfigError, match=r"scales\.lite\.trainer is a mapping; write its keys dotted"):
-        preset_overrides(cfg, [])
-
-
 def test_no_table_row_repeats_its_presets_stand_in():
     for path in (CONF_DIR / "table").glob("*.yaml"):
         table = yaml.safe_load(path.read_text())
         for row in table.get("rows", []):
             if not row.get("experiment"):
                 continue
-            preset = yaml.safe_load((CONF_DIR / "experiment" / f"{row['experiment']}.yaml").read_text()) or {}
             for scale, overrides in (row.get("scale_overrides") or {}).items():
-                section = (preset.get("scales") or {}).get(scale) or {}
-                stand_in = {f"{k}={v}" for k, v in section.items() if "." not in k}
+                path = CONF_DIR / "experiment_scale" / row["experiment"] / f"{scale}.yaml"
+                section = _overrides_of(path) if path.is_file() else {}
+                stand_in = {f"{k}={v}" for k, v in section.items()}
                 assert not stand_in & set(overrides), (path.name, row["label"], scale)
 
 
@@ -126,8 +116,8 @@ def test_train_runs_the_tables_cell_at_smoke(tiny_data, tmp_path):
                           f"paths.output_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'h'}"], cwd=REPO,
                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert ("the preset yu2022/gpt2_wt103 at scale=smoke with objective=mle: dataset=wikitext2_bpe "
-            "model=transformer_lm6 budget=transformer_lm_smoke") in out.stderr
+    assert ("experiment=yu2022/gpt2_wt103 at scale=smoke: conf/experiment_scale/yu2022/gpt2_wt103/smoke.yaml, "
+            "model=transformer_lm6 dataset=wikitext2_bpe budget=transformer_lm_smoke") in out.stderr
     (path,) = (tmp_path / "out" / "runs").glob("*/result.json")
     record = json.loads(path.read_text())
     assert record["choices"]["model"] == "transformer_lm6" and record["choices"]["dataset"] == "wikitext2_bpe"
@@ -140,15 +130,19 @@ def test_train_runs_the_tables_cell_at_smoke(tiny_data, tmp_path):
             "yu2022/gpt2_wt103", ["scale=smoke", "objective=mle"])))
 
 
-def test_sections_found_once_are_not_mixed_up_between_presets_or_scales():
-    """compose_preset reuses the sections it found for the same choices: cells that differ in seeds or values get
-    the same sections, cells of other presets or scales their own (values read from the YAML files)."""
-    h650 = _yaml("experiment", "inan2016", "h650.yaml")["objectives"]["al"]["alpha"]
-    h200 = _yaml("experiment", "inan2016", "h200.yaml")["objectives"]["al"]["alpha"]
-    cells = _cells("inan2016/h650", ["objective=al", "seed=1"], ["objective=al", "seed=2"], ["objective=al", "seed=2"])
-    (other,) = _cells("inan2016/h200", ["objective=al", "seed=2"])
+def test_cells_composed_with_one_memo_are_not_mixed_up_between_presets_or_scales():
+    """A table's expansion shares one defaults tree among the cells that differ in values only: cells of other
+    presets, objectives or scales get their own files' values (read from the YAML files)."""
+    from repdegen.reproduce.settings.resolve import resolve
+
+    h650 = _yaml("experiment_objective", "inan2016", "h650", "al.yaml")["alpha"]
+    h200 = _yaml("experiment_objective", "inan2016", "h200", "al.yaml")["alpha"]
+    memo: dict = {}
+    spec = lambda *o: resolve(list(o), memo=memo).cfg  # noqa: E731
+    cells = [spec("experiment=inan2016/h650", "objective=al", f"seed={s}") for s in (1, 2, 2)]
+    other = spec("experiment=inan2016/h200", "objective=al", "seed=2")
     assert [c.objective.alpha for c in cells] == [h650] * 3 and other.objective.alpha == h200 != h650
-    lite, smoke, lite_again = _cells("inan2017/small", ["scale=lite", "seed=5"], ["scale=smoke", "seed=5"],
-                                     ["scale=lite", "seed=6"])
-    lite_epochs = _yaml("budget", "inan2017_small_lite.yaml")["trainer"]["max_epochs"]  # its lite section's budget
+    lite, smoke, lite_again = (spec("experiment=inan2017/small", f"scale={s}", f"seed={n}")
+                               for s, n in (("lite", 5), ("smoke", 5), ("lite", 6)))
+    lite_epochs = _yaml("budget", "inan2017_small_lite.yaml")["trainer"]["max_epochs"]  # its lite file's budget
     assert lite.trainer.max_epochs == lite_again.trainer.max_epochs == lite_epochs != 1 == smoke.trainer.max_epochs

@@ -39,7 +39,7 @@ def tiny_results(tiny_data, tmp_path_factory):
         app.overrides = [f"dataset.data_dir={tiny_data}", "trainer.progress=false", *OVERRIDES]
         cells = expand_cells(app)
     first = cells[0]
-    record = train(OmegaConf.create(OmegaConf.to_container(first.cfg)))
+    record = train(first.cfg)
     assert record["status"] == "complete"
 
     committed = results / "tables" / "inan2017_t1" / "smoke"

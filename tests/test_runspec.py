@@ -1,6 +1,6 @@
 """RunSpec (reproduce/settings/resolve.py): overrides resolve once into a frozen spec; a table cell's process reads the
 spec its table wrote without composing or finalizing again; a sweep job records its hash. The expected configs are
-built independently: Hydra's own compose with the preset's sections read from the YAML file (yaml.safe_load)."""
+built independently: Hydra's own compose, given the experiment's file for the scale where it exists on disk."""
 
 from __future__ import annotations
 
@@ -14,37 +14,42 @@ from omegaconf import OmegaConf
 from repdegen.core.errors import CorruptFile
 from repdegen.reproduce.runs import sweeps
 from repdegen.reproduce.settings import resolve as runspec
-from repdegen.reproduce.settings.config import CONF_DIR, _override_value, config_hash, finalize, register_all
+from repdegen.reproduce.settings.config import CONF_DIR, DEFAULT_SCALE, config_hash, finalize, register_all
 from repdegen.reproduce.settings.resolve import JOB_SPEC, RunSpec, read_cell, record_job_spec, resolve, write_cell
 
 register_all()
 
 
 def _by_hand(experiment: str, scale: str, objective: str) -> tuple[str, list[str]]:
-    """The hash of the preset's cell composed by Hydra with the preset's sections written out from its YAML."""
-    preset = yaml.safe_load((CONF_DIR / "experiment" / f"{experiment}.yaml").read_text())
-    section = preset.get("scales", {}).get(scale) or {}
-    sections = [f"{k}={_override_value(v)}" for k, v in section.items()]
-    values = dict(preset.get("objectives", {}).get(objective) or {})
-    if "budget" in section:  # a budget the section names: its objectives: merge over the preset's
-        budget = yaml.safe_load((CONF_DIR / "budget" / f"{section['budget']}.yaml").read_text())
-        values.update(budget.get("objectives", {}).get(objective) or {})
-    sections += [f"objective.{k}={_override_value(v)}" for k, v in values.items()]
+    """The hash of the preset's cell composed by Hydra, given ``experiment_scale=`` when that file exists."""
+    added = ([f"experiment_scale={experiment}/{scale}"]
+             if (CONF_DIR / "experiment_scale" / experiment / f"{scale}.yaml").is_file() else [])
     given = [f"experiment={experiment}", f"scale={scale}", f"objective={objective}"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*sections, *given])
-    return config_hash(finalize(cfg)), sections
+        cfg = compose(config_name="config", overrides=[*added, *given])
+    return config_hash(finalize(cfg)), added
 
 
 @pytest.mark.parametrize(("experiment", "scale", "objective"), [
-    ("inan2017/small", "lite", "real"), ("inan2017/small", "paper", "al"), ("gao2019/awd_lstm_wt2", "lite", "cosreg")])
-def test_resolve_equals_hydras_composition_with_the_sections_written_out(experiment, scale, objective):
+    ("inan2017/small", "lite", "real"), ("inan2017/small", "paper", "al"), ("gao2019/awd_lstm_wt2", "lite", "cosreg"),
+    ("inan2016/h300", "paper", "al"), ("yu2022/gpt2_wt103", "smoke", "agg")])
+def test_resolve_equals_hydras_composition_given_the_experiments_scale_file(experiment, scale, objective):
     spec = resolve([f"experiment={experiment}", f"scale={scale}", f"objective={objective}"])
-    h, sections = _by_hand(experiment, scale, objective)
+    h, added = _by_hand(experiment, scale, objective)
     assert spec.config_hash == h
-    assert sorted(spec.preset) == sorted(sections)
+    assert list(spec.preset) == added
     assert spec.overrides[len(spec.preset):] == (f"experiment={experiment}", f"scale={scale}", f"objective={objective}")
     assert spec.choices["experiment"] == experiment and spec.choices["objective"] == objective
+
+
+def test_the_default_scale_is_the_one_conf_config_yaml_chooses():
+    defaults = yaml.safe_load((CONF_DIR / "config.yaml").read_text())["defaults"]
+    assert {"scale": DEFAULT_SCALE} in defaults
+    assert resolve(["experiment=inan2017/small"]).preset == ("experiment_scale=inan2017/small/paper",)
+
+
+def test_a_scale_file_chosen_or_refused_on_the_command_line_is_not_added():
+    assert resolve(["experiment=inan2017/small", "scale=lite", "~experiment_scale"]).preset == ()
 
 
 def test_the_spec_is_frozen_and_its_config_read_only():
@@ -66,7 +71,7 @@ def test_a_cell_is_read_back_without_composing_or_finalizing(tmp_path, monkeypat
         raise AssertionError("read_cell composed or finalized again")
 
     monkeypatch.setattr(runspec, "finalize", forbidden)
-    monkeypatch.setattr(runspec, "compose_preset", forbidden)
+    monkeypatch.setattr(runspec, "compose_with_choices", forbidden)
     back = read_cell(path)
     assert back.config_hash == spec.config_hash
     assert OmegaConf.to_container(back.cfg.model) == OmegaConf.to_container(spec.cfg.model)
@@ -81,12 +86,10 @@ def test_an_edited_or_unfinalized_cell_is_refused_naming_the_file(tmp_path):
     path.write_text(text.replace("lr: 1.0", "lr: 2.0", 1))
     with pytest.raises(CorruptFile, match=rf"{path}.*not of {spec.config_hash}.*edited"):
         read_cell(path)
-    plain = tmp_path / "other" / "cell.yaml"
-    plain.parent.mkdir()
-    plain.write_text(text.replace("_finalized: true\n", ""))
-    assert plain.read_text() != text
-    with pytest.raises(CorruptFile, match="never finalized"):
-        read_cell(plain)
+    # a cell.yaml written before the presets' sections became config groups holds them and a flag: read the same
+    older = tmp_path / spec.config_hash / "cell.yaml"
+    older.write_text(text + "_finalized: true\nobjectives: {al: {alpha: 3.0}}\nscales: {lite: {budget: x}}\n")
+    assert read_cell(older).config_hash == spec.config_hash
 
 
 def test_a_sweep_job_is_found_by_its_recorded_hash_not_by_composing(tmp_path, monkeypatch):
@@ -138,11 +141,11 @@ def test_the_memo_composes_what_hydra_composes_and_reuses_the_group_choices(monk
     calls = []
     real = runspec.compose_with_choices
     monkeypatch.setattr(runspec, "compose_with_choices", lambda o, n="config": calls.append(list(o)) or real(o, n))
-    monkeypatch.setattr(runspec, "_COMPOSED", {})
+    memo: dict = {}
     groups = ["experiment=inan2017/small", "objective=al", "scale=lite"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for seed in (1, 2):
-            got = runspec._compose_memo([*groups, *VALUES, f"seed={seed}"], "config")
+            got = runspec._compose_memo([*groups, *VALUES, f"seed={seed}"], "config", memo)
             want = _hydra([*groups, *VALUES, f"seed={seed}"])
             got = OmegaConf.to_container(got, resolve=False)
             choices = got.pop("choices")  # what compose_with_choices adds (Hydra's runtime choices)
@@ -150,38 +153,24 @@ def test_the_memo_composes_what_hydra_composes_and_reuses_the_group_choices(monk
             assert got == want and got["seed"] == seed and got["objective"]["alpha"] == 30
         # one composition of the group choices served both calls; another choice composes anew
         assert calls == [groups]
-        runspec._compose_memo(["experiment=inan2017/small", "objective=real", "scale=lite", "seed=1"], "config")
+        runspec._compose_memo(["experiment=inan2017/small", "objective=real", "scale=lite", "seed=1"], "config", memo)
         assert calls[-1] == ["experiment=inan2017/small", "objective=real", "scale=lite"]
+        runspec._compose_memo([*groups, "seed=3"], "config", None)  # no memo: Hydra's composition, every time
+        assert calls[-1] == [*groups, "seed=3"]
 
 
 @pytest.mark.parametrize(("bad", "match"), [("trainer.no_such_key=1", "Could not override 'trainer.no_such_key'"),
                                             ("+seed=3", "Could not append to config"),
                                             ("~trainer.no_such_key", "Could not delete")])
-def test_the_memo_raises_hydras_own_error_for_a_bad_value(bad, match, monkeypatch):
+def test_the_memo_raises_hydras_own_error_for_a_bad_value(bad, match):
     from hydra.errors import ConfigCompositionException
 
-    monkeypatch.setattr(runspec, "_COMPOSED", {})
+    memo: dict = {}
     groups = ["experiment=inan2017/small", "scale=smoke"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         with pytest.raises(ConfigCompositionException, match=match) as hydra_err:
             compose(config_name="config", overrides=[*groups, bad])
-        runspec._compose_memo(groups, "config")  # the group choices composed before: the memo's path
+        runspec._compose_memo(groups, "config", memo)  # the group choices composed before: the memo's path
         with pytest.raises(ConfigCompositionException, match=match) as memo_err:
-            runspec._compose_memo([*groups, bad], "config")
+            runspec._compose_memo([*groups, bad], "config", memo)
     assert str(memo_err.value) == str(hydra_err.value)
-
-
-def test_an_edited_config_file_is_composed_again(tmp_path, monkeypatch):
-    import shutil
-
-    monkeypatch.setattr(runspec, "_COMPOSED", {})
-    conf = tmp_path / "conf"
-    shutil.copytree(CONF_DIR, conf)
-    lr = lambda: runspec._compose_memo(["experiment=inan2017/small", "seed=1"], "config").optim.lr  # noqa: E731
-    with initialize_config_dir(str(conf), version_base="1.3"):
-        before = lr()
-        preset = conf / "experiment" / "inan2017" / "small.yaml"
-        text = preset.read_text()
-        assert "\n  lr: " in text, "the test edits the preset's optim.lr"
-        preset.write_text(text.replace("\n  lr: ", "\n  lr: 0.123 #", 1))
-        assert before != 0.123 and lr() == 0.123

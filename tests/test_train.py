@@ -246,7 +246,8 @@ def test_config_hash_ignores_run_control_and_canonicalises_tying(compose_cfg, tm
 def test_scale_is_applied_once(compose_cfg):
     cfg = finalize(compose_cfg("experiment=inan2017/large", "scale=smoke"))
     assert cfg.model.hidden_size == 150 and cfg.trainer.max_epochs == 1 and cfg.dataset.train_tokens == 30000
-    assert finalize(cfg).model.hidden_size == 150
+    with pytest.raises(ValueError, match="read-only: finalized already"):  # a finalized config is not scaled twice
+        finalize(cfg)
 
 
 def test_experiment_specialisations_compose(compose_cfg):

@@ -92,7 +92,6 @@ class WandbLogger:
         self.mode = str(cfg.logger.mode)
         self.name = name
         config = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-        config.pop("_finalized", None)
         self.config = {"config_hash": self.run_dir.name, **flatten(config)}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(

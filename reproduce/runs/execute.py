@@ -78,7 +78,6 @@ def _compact(record: dict) -> dict:
 
 def plain_config(cfg: DictConfig) -> dict:
     container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop("_finalized", None)
     return container
 
 

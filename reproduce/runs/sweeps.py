@@ -6,7 +6,7 @@
 
 Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml``: what the job was asked for.
 A sweep is a list of cells like a table: each job's overrides are composed as ``repdegen.reproduce.train`` composes them
-(``repdegen.reproduce.settings.config.compose_preset``), and its run is found in the ledger by config hash. The swept keys are the
+(``repdegen.reproduce.settings.resolve.resolve``), and its run is found in the ledger by config hash. The swept keys are the
 overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept key (``--replicate``). Keys
 that do not change the experiment (``paths``, ``trainer.progress``..., see
 :data:`repdegen.reproduce.settings.config.HASH_EXCLUDED`)

@@ -201,12 +201,15 @@ def runs_at(row, scale: str) -> bool:
 
 def compose_cell(experiment: str, overrides: list[str]) -> DictConfig:
     """The config ``repdegen.reproduce.train experiment=... <overrides>`` would run, before it is finalized (the preset's
-    sections for its objective and scale included; the overrides win over them):
+    files for its objective and scale included; the overrides win over them):
     :func:`repdegen.reproduce.settings.resolve.compose`."""
     return compose([f"experiment={experiment}", *overrides])[0]
 
 
-def expand_cells(app: DictConfig) -> list[Cell]:
+def expand_cells(app: DictConfig, memo: dict | None = None) -> list[Cell]:
+    """The table's cells at its scale, one Hydra composition each; rows that differ in values only share their
+    defaults tree (``memo``: :func:`repdegen.reproduce.settings.resolve.resolve`; one for this call when not given)."""
+    memo = {} if memo is None else memo
     paths = [f"paths.{k}={v}" for k, v in OmegaConf.to_container(app.paths, resolve=True).items()]
     extra = list(app.overrides)
     validate_claims(app.table, scale_names())
@@ -222,7 +225,7 @@ def expand_cells(app: DictConfig) -> list[Cell]:
             with_seed = [] if seed is None else [f"seed={seed}"]
             overrides = [f"scale={app.scale.name}", *row.overrides, *at_scale, *with_seed, group, *extra, *paths]
             try:
-                spec = resolve([f"experiment={row.experiment}", *overrides])
+                spec = resolve([f"experiment={row.experiment}", *overrides], memo=memo)
             except UserError:
                 raise
             except Exception as err:  # a composition error names the bad row, not just the key

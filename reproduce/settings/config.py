@@ -4,10 +4,10 @@ Every YAML option under ``conf/<group>/`` starts from one of these schemas (thro
 list), so a misspelled key or a value of the wrong type fails at composition time, naming the key:
 ``objective.gama=1`` -> "Key 'gama' not in 'CosRegConfig'".
 
-The flow of one run: Hydra composes ``conf/config.yaml`` with the experiment preset's sections for the run's
-objective and scale (:func:`compose_preset`) -> :func:`finalize` resolves interpolations, applies the scale's width
-multiplier, checks values that only make sense together, and computes the config hash that identifies the
-experiment in the ledger.
+The flow of one run: Hydra composes ``conf/config.yaml`` once (the experiment preset, its values for the objective
+and at the scale are options of its defaults list; :func:`experiment_scale` names the last) -> :func:`finalize`
+resolves interpolations, applies the scale's width multiplier, checks values that only make sense together, and
+returns the read-only config whose :func:`config_hash` identifies the experiment in the ledger.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,7 +277,7 @@ class ScaleConfig:
 
     ``paper``: the papers' hyperparameters. ``lite``: each table's claims on a 2-core CPU. ``smoke``: minutes on a
     2-core CPU. The record of what a scale sets (conf/scale/<name>.yaml sets those values over the experiment
-    preset, by interpolation from here); per-experiment budgets are the presets' ``scales:`` sections.
+    preset, by interpolation from here); per-experiment budgets are conf/experiment_scale/<experiment>/<scale>.yaml.
     """
 
     name: str = "paper"
@@ -332,12 +331,6 @@ class Config:
     seed: int = 1
     # the Hydra choices (experiment, model, objective...), filled in by the entry points
     choices: dict[str, str] = field(default_factory=dict)
-    # an experiment preset's own sections (docs/config.md), applied by compose_preset as overrides over the preset:
-    # objectives: {objective: {field: value}}, its values per objective (AL's alpha per network size...);
-    # scales: {scale: {"group" or "dotted.key": value}}, its lite/smoke budget (group choices, e.g. Yu's LM presets
-    # train model=transformer_lm6 on dataset=wikitext2_bpe there, a shared `budget:` and values)
-    objectives: dict[str, Any] = field(default_factory=dict)
-    scales: dict[str, Any] = field(default_factory=dict)
 
 
 def register_base_configs() -> None:
@@ -385,8 +378,6 @@ HASH_EXCLUDED = (
     "paths",
     "logger",
     "choices",
-    "objectives",  # what they set is in the config itself
-    "scales",
     "dataset.source",
     "dataset.data_dir",
     "dataset.disk_path",
@@ -564,14 +555,14 @@ def check_unknown_keys(cfg: DictConfig) -> None:
 def finalize(cfg: DictConfig) -> DictConfig:
     """Resolve every interpolation, apply the scale, validate, and return a read-only copy.
 
-    The returned config is what a run uses and what its ``result.json`` records.
+    The returned config is what a run uses and what its ``result.json`` records; it is read-only, and a read-only
+    config is a finalized one (:func:`repdegen.reproduce.settings.resolve.from_config`).
     """
+    if OmegaConf.is_readonly(cfg):
+        raise ValueError("finalize takes a composed config, and this one is read-only: finalized already (its widths "
+                         "scaled); use it as it is")
     cfg = copy.deepcopy(cfg)
-    OmegaConf.set_readonly(cfg, False)
     OmegaConf.resolve(cfg)
-    if cfg.get("_finalized", False):
-        OmegaConf.set_readonly(cfg, True)
-        return cfg
     unscaled_model = copy.deepcopy(cfg.model)  # for messages in the user's own numbers
     # every numeric setting inside its declared domain (reproduce/settings/domains.py), in the user's own numbers
     # and before anything computes with them (a NaN width would end in a traceback inside apply_scale)
@@ -605,9 +596,6 @@ def finalize(cfg: DictConfig) -> DictConfig:
         raise
     cfg.model.tie_weights = tie
     cfg.objective.tie_weights = tie
-    OmegaConf.set_struct(cfg, False)
-    cfg._finalized = True
-    OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     return cfg
 
@@ -632,7 +620,6 @@ HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": 
 def hashed_view(cfg: DictConfig) -> dict:
     """The part of a finalized config that defines the experiment (see HASH_EXCLUDED, HASH_OMITTED_AT_DEFAULT)."""
     container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop("_finalized", None)
     for key in HASH_EXCLUDED:
         _drop(container, key)
     for key, default in HASH_OMITTED_AT_DEFAULT.items():
@@ -647,123 +634,31 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _override_value(value: Any) -> str:
-    """``value`` as Hydra's override grammar reads it back (``null``, ``true``, ``8000``, ``'a b'``, ``[1,2]``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_override_value(v) for v in value) + "]"
-    text = str(value)
-    if re.fullmatch(r"[A-Za-z_][\w./-]*", text) and text not in ("null", "true", "false"):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+DEFAULT_SCALE = "paper"  # conf/config.yaml's default scale (tests/test_runspec.py holds them equal)
 
 
-def _section_items(section: Any, where: str, prefix: str = "", nested: bool = False) -> list[tuple[str, Any]]:
-    """(dotted key, value) of a preset section; ``nested``: mappings are fields under ``prefix`` (objective values)."""
-    items = []
-    for key, value in (section or {}).items():
-        if OmegaConf.is_dict(value) or isinstance(value, dict):
-            if not nested:
-                raise ConfigError(f"{where}.{key} is a mapping; write its keys dotted as on the command line "
-                                  f"({key}.<field>: value), or a group choice as a name ({key}: <option>)")
-            items += _section_items(value, where, f"{prefix}{key}.", nested)
-        else:
-            items.append((f"{prefix}{key}", OmegaConf.to_container(value) if OmegaConf.is_list(value) else value))
-    return items
-
-
-def _section_key(override: str) -> bool:
-    """Whether an override can change which preset sections apply: a group choice (``experiment=``, ``scale=``,
-    ``objective=``, ``+sweep=``) or a key of the sections or of the names they are picked by."""
-    key = override.split("=", 1)[0].lstrip("+~")
-    return "." not in key or key.startswith(("scales.", "objectives.", "objective.name", "scale.name"))
-
-
-def _sections(cfg: DictConfig) -> list[tuple[str, Any]]:
-    """(override key, value) of ``cfg``'s preset sections for its scale and objective."""
-    scale, objective = cfg.scale.name, cfg.objective.name
-    items = _section_items((cfg.get("scales") or {}).get(scale), f"scales.{scale}")
-    items += _section_items((cfg.get("objectives") or {}).get(objective), f"objectives.{objective}", "objective.",
-                            nested=True)
-    return items
-
-
-def preset_overrides(cfg: DictConfig, overrides: list[str]) -> list[str]:
-    """What ``cfg``'s experiment preset sets for its objective and its scale, as overrides: its
-    ``objectives.<objective>`` values (``objective.alpha=0.03``) and its ``scales.<scale>`` section (group choices
-    such as ``dataset=wikitext2_bpe`` and ``budget=transformer_lm_lite``, and dotted values), minus the keys
-    ``overrides`` (a table row, the command line) sets itself, so those win. Empty without a preset section."""
-    return _filtered(_sections(cfg), overrides)
-
-
-def _filtered(items: list[tuple[str, Any]], overrides: list[str]) -> list[str]:
-    chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
-    return [f"{key}={_override_value(value)}" for key, value in items if key not in chosen]
-
-
-# the sections a first composition found, by what can change them (the search path and the section-relevant
-# overrides): the cells of a table differ in seeds and values, not in these, so each preset is composed twice once
-_SECTIONS_SEEN: dict[tuple, list[tuple[str, Any]]] = {}
-
-
-def search_path_key() -> tuple:
-    """What a composition depends on besides its overrides: Hydra's search path and the state of its config files
-    (each file's path, mtime and size), so that a composition kept in memory is not reused across config trees or
-    after a file is edited. Hydra must be initialized."""
-    import os
-
+def experiment_scale(overrides: list[str]) -> list[str]:
+    """``overrides`` with the option ``experiment_scale=<experiment>/<scale>`` added when that file exists and they do
+    not choose one themselves. What a preset sets at a scale may choose other groups (Yu et al.'s LM presets train
+    model=transformer_lm6 on dataset=wikitext2_bpe at lite), a choice that depends on two other choices; Hydra makes
+    such a choice only from the command line (its defaults list refuses overrides under an interpolated option), so
+    it is made here, from the overrides' text, before the one composition. Hydra must be initialized."""
     from hydra.core.global_hydra import GlobalHydra
 
-    sources = GlobalHydra.instance().config_loader().get_sources()
-    stamp = []
-    for source in sources:
-        if source.scheme() != "file":  # Hydra's own configs and the structured ones (registered once, at import)
-            continue
-        for root, _, files in os.walk(source.path):
-            for name in files:
-                st = os.stat(os.path.join(root, name))
-                stamp.append((root, name, st.st_mtime_ns, st.st_size))
-    return str(sources), tuple(sorted(stamp))
-
-
-def compose_preset(compose_fn, overrides: list[str], cache: str | None = None) -> tuple[DictConfig, list[str]]:
-    """THE composition of a run: ``compose_fn(overrides)`` (Hydra: group defaults, the experiment preset, the scale,
-    the command line), then, when the preset has sections for the objective or scale it got, composed again with
-    them (:func:`preset_overrides`) placed before ``overrides``. Returns (config, the overrides it was composed with).
-    ``cache``: a name for ``compose_fn`` (its config name) when ``overrides`` hold everything it composes from, so
-    the sections found once are reused for overrides that differ only in values (a table's seeds)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    where = search_path_key() if cache and GlobalHydra.instance().is_initialized() else None
-    key = (where, cache, tuple(o for o in overrides if _section_key(o)))
-    items, cfg, composed_with = _SECTIONS_SEEN.get(key) if where is not None else None, None, None
-    if items is None:
-        cfg, composed_with = compose_fn(overrides), list(overrides)
-        items = _sections(cfg)
-        # a section may choose a shared budget that sets objectives' values at that scale (conf/budget/*.yaml
-        # `objectives:`, merged over the preset's): read the sections again until they no longer change
-        for _ in range(3):
-            extra = _filtered(items, overrides)
-            if not extra:
-                break
-            composed_with = [*extra, *overrides]
-            cfg = compose_fn(composed_with)
-            again = _sections(cfg)
-            if again == items:
-                break
-            items = again
-        if where is not None:
-            _SECTIONS_SEEN[key] = items
-    extra = _filtered(items, overrides)
-    overrides = [*extra, *overrides]
-    if cfg is not None and composed_with == overrides:
-        return cfg, overrides
-    return compose_fn(overrides), overrides
+    chosen: dict[str, str] = {}
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep:
+            chosen[key.lstrip("+")] = value
+        elif key.startswith("~"):
+            chosen[key[1:]] = "null"
+    experiment, scale = chosen.get("experiment"), chosen.get("scale", DEFAULT_SCALE)
+    if "experiment_scale" in chosen or experiment in (None, "null"):
+        return list(overrides)
+    option = f"experiment_scale/{experiment}/{scale}"
+    if not any(source.is_config(option) for source in GlobalHydra.instance().config_loader().get_sources()):
+        return list(overrides)
+    return [f"experiment_scale={experiment}/{scale}", *overrides]
 
 
 def hydra_choices(hydra_cfg) -> dict[str, str]:
@@ -811,8 +706,9 @@ def compose_with_choices(overrides: list[str], config_name: str = "config") -> D
 
 
 def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
-    """The config ``repdegen.reproduce.train <overrides>`` runs, before :func:`finalize` (Hydra must be initialized, e.g.
-    inside ``initialize_config_dir``): Hydra's composition with the preset's sections (:func:`compose_preset`)."""
+    """The config ``repdegen train <overrides>`` runs, before :func:`finalize` (Hydra must be initialized, e.g.
+    inside ``initialize_config_dir``): Hydra's composition, the experiment's scale options chosen
+    (:func:`experiment_scale`)."""
     from hydra import compose
 
-    return compose_preset(lambda o: compose(config_name=config_name, overrides=o), list(overrides), cache=config_name)[0]
+    return compose(config_name=config_name, overrides=experiment_scale(list(overrides)))

@@ -1,6 +1,6 @@
-"""A run's resolved config, once: :func:`resolve` turns overrides (an experiment preset and its sections for the
-objective and scale, the scale, a table row, the command line) into a frozen :class:`RunSpec` -- the finalized
-read-only config, its hash, the group choices, and what it was composed from. Every consumer starts from one:
+"""A run's resolved config, once: :func:`resolve` turns overrides (an experiment preset, the scale, a table row, the
+command line) into a frozen :class:`RunSpec` -- one Hydra composition, finalized: the read-only config, its hash,
+the group choices, and what it was composed from. Every consumer starts from one:
 ``repdegen.reproduce.train`` (its Hydra app's overrides), a table's cells (``repdegen.reproduce.runs.tables``),
 ``repdegen.reproduce.describe``,
 the golden-config check; a cell's process reads the spec its table wrote (:func:`read_cell`) and trains it without
@@ -8,7 +8,7 @@ composing or finalizing again.
 
     from repdegen.reproduce.settings.resolve import resolve
     spec = resolve(["experiment=inan2017/small", "objective=real", "scale=lite"])
-    spec.config_hash, spec.choices["model"], spec.cfg.optim.lr, spec.preset   # the preset's sections' overrides
+    spec.config_hash, spec.choices["model"], spec.cfg.optim.lr, spec.preset   # experiment_scale=inan2017/small/lite
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from repdegen.core.errors import CorruptFile
 from repdegen.reproduce.settings.config import (
     CONF_DIR,
     Config,
-    compose_preset,
     compose_with_choices,
     config_hash,
+    experiment_scale,
     finalize,
     register_all,
-    search_path_key,
 )
 
 
@@ -38,8 +37,8 @@ from repdegen.reproduce.settings.config import (
 class RunSpec:
     cfg: DictConfig  # finalized and read-only: what the run trains and its result.json records
     config_hash: str
-    overrides: tuple[str, ...] = ()  # what it was composed with: the preset's sections first, then the given ones
-    preset: tuple[str, ...] = ()  # the part of ``overrides`` the preset's sections added (the given ones win)
+    overrides: tuple[str, ...] = ()  # what it was composed with: the experiment's scale option, then the given ones
+    preset: tuple[str, ...] = ()  # the part of ``overrides`` added to the given ones (experiment_scale=...)
     choices: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # group -> option
 
     def sources(self) -> dict:
@@ -53,19 +52,17 @@ class RunSpec:
 # Hydra composes in two steps: the defaults tree (the group choices: experiment, model, scale, budget, ...), then the
 # value overrides (`seed=1`, `paths.runs_dir=...`, `objective.alpha=30`) applied to the merged config
 # (hydra._internal.config_loader_impl: `_apply_overrides_to_config`). A table's cells, its seeds and the rows several
-# tables share differ in their values only, so the first step is kept once per set of group overrides and the second
-# is Hydra's own function applied to a copy: the same config (tests/golden holds all 272 cell configs equal) and the
-# same errors. Keyed by Hydra's search path and a fingerprint of its config files (an edited file composes again).
-_COMPOSED: dict[tuple, DictConfig] = {}
-
-
-def _compose_memo(overrides: list[str], config_name: str) -> DictConfig:
+# tables share differ in their values only, so a caller that composes many (a table's expansion) passes a ``memo``:
+# the first step is kept there once per set of group overrides and the second is Hydra's own function applied to a
+# copy, the same config (tests/golden) and the same errors. The memo lives as long as that one call.
+def _compose_memo(overrides: list[str], config_name: str, memo: dict | None) -> DictConfig:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    loader = GlobalHydra.instance().config_loader()
-    repo = getattr(loader, "repository", None)
+    if memo is None:
+        return compose_with_choices(overrides, config_name)
+    repo = getattr(GlobalHydra.instance().config_loader(), "repository", None)
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception:  # Hydra's own composition reports a bad override, in its words
@@ -76,13 +73,10 @@ def _compose_memo(overrides: list[str], config_name: str) -> DictConfig:
     # a dict
     values = [not repo.group_exists(o.key_or_group) or isinstance(o.value(), dict) for o in parsed]
     groups = [line for line, v in zip(overrides, values) if not v]
-    key = (search_path_key(), config_name, tuple(groups))
-    base = _COMPOSED.get(key)
-    if base is None:
-        if len(_COMPOSED) > 256:
-            _COMPOSED.clear()
-        base = _COMPOSED[key] = compose_with_choices(groups, config_name)
-    cfg = copy.deepcopy(base)
+    key = (config_name, tuple(groups))
+    if key not in memo:
+        memo[key] = compose_with_choices(groups, config_name)
+    cfg = copy.deepcopy(memo[key])
     ConfigLoaderImpl._apply_overrides_to_config([o for o, v in zip(parsed, values) if v], cfg)
     return cfg
 
@@ -102,32 +96,30 @@ def _hydra_initialized():
         yield
 
 
-def compose(overrides: Sequence[str], config_name: str = "config",
-            composed: DictConfig | None = None) -> tuple[DictConfig, list[str], list[str]]:
+def compose(overrides: Sequence[str], config_name: str = "config", composed: DictConfig | None = None,
+            memo: dict | None = None) -> tuple[DictConfig, list[str], list[str]]:
     """The composed (not yet finalized) config of ``overrides``, the overrides it was composed with, and the part
-    the preset's sections added. ``composed``: the composition of ``overrides`` when the caller has it already (a
-    Hydra app's own config, which honours the app's ``hydra.searchpath``), used instead of composing them again."""
+    added to them (the experiment's scale option, :func:`~repdegen.reproduce.settings.config.experiment_scale`).
+    ``composed``: the composition of ``overrides`` when the caller has it already (a Hydra app's own config, which
+    honours the app's ``hydra.searchpath``), used when nothing was added. ``memo``: see :func:`_compose_memo`."""
     given = list(overrides)
-
-    def compose_fn(o: list[str]) -> DictConfig:
-        if composed is not None and o == given:
-            return composed
-        return _compose_memo(o, config_name)
-
     with _hydra_initialized():
-        cfg, composed_with = compose_preset(compose_fn, given, cache=None if composed is not None else config_name)
-    return cfg, composed_with, composed_with[: len(composed_with) - len(given)]
+        full = experiment_scale(given)
+        cfg = composed if composed is not None and full == given else _compose_memo(full, config_name, memo)
+    return cfg, full, full[: len(full) - len(given)]
 
 
-def resolve(overrides: Sequence[str], config_name: str = "config", composed: DictConfig | None = None) -> RunSpec:
-    """THE resolution of a run: compose (with the preset's sections), finalize (scale, domains, checks), hash."""
-    cfg, composed_with, preset = compose(overrides, config_name, composed)
-    return from_config(cfg, composed_with, preset)
+def resolve(overrides: Sequence[str], config_name: str = "config", composed: DictConfig | None = None,
+            memo: dict | None = None) -> RunSpec:
+    """THE resolution of a run: compose once, finalize (scale, domains, checks), hash."""
+    cfg, composed_with, added = compose(overrides, config_name, composed, memo)
+    return from_config(cfg, composed_with, added)
 
 
 def from_config(cfg: DictConfig, overrides: Sequence[str] = (), preset: Sequence[str] = ()) -> RunSpec:
-    """The spec of a config composed elsewhere (a test's own composition); finalized here if it is not yet."""
-    cfg = finalize(cfg)
+    """The spec of a config composed elsewhere (a test's own composition), finalized here; a read-only config is a
+    finalized one (what :func:`~repdegen.reproduce.settings.config.finalize` returns) and is taken as it is."""
+    cfg = cfg if OmegaConf.is_readonly(cfg) else finalize(cfg)
     return RunSpec(cfg, config_hash(cfg), tuple(overrides), tuple(preset),
                    MappingProxyType(dict(cfg.get("choices") or {})))
 
@@ -148,6 +140,11 @@ def write_cell(spec: RunSpec, runs_dir: str | Path) -> Path:
     return path
 
 
+# keys of the config that cell.yaml files written by earlier versions hold: a flag and the presets' former sections
+# (objectives:, scales:; now conf/experiment_objective/ and conf/experiment_scale/), none of them in the hash
+LEGACY_CELL_KEYS = ("_finalized", "objectives", "scales")
+
+
 def read_cell(path: str | Path) -> RunSpec:
     """The spec a table wrote to ``path``: its config on the current schema (fields added to the code since it was
     written take their defaults, which leave the experiment and its hash unchanged), not composed or finalized again.
@@ -157,10 +154,10 @@ def read_cell(path: str | Path) -> RunSpec:
     path = Path(path)
     base = OmegaConf.structured(Config)
     OmegaConf.set_struct(base, False)
-    cfg = OmegaConf.merge(base, load_cell_yaml(path))  # its schema checked, the file named when it is bad
-    if not cfg.get("_finalized", False):
-        raise CorruptFile(path, f"{path} is not a cell config written by repdegen.reproduce.table (it was never finalized); "
-                                f"run the table again to write it")
+    written = load_cell_yaml(path)
+    for key in LEGACY_CELL_KEYS:  # left out of the hash; cell.yaml files written before they were removed hold them
+        written.pop(key, None)
+    cfg = OmegaConf.merge(base, written)  # its schema checked, the file named when it is bad
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     h = config_hash(cfg)

@@ -1,6 +1,6 @@
-"""Where each value of a run's config comes from: the config files Hydra merged (in its defaults-list order), the
-experiment preset's sections for the run's objective and scale, the command line or a table row's overrides, and the
-scale's width multiplier ``repdegen.reproduce.settings.config.finalize`` applies in Python.
+"""Where each value of a run's config comes from: the config files Hydra merged (in its defaults-list order: the
+experiment preset and its files for the run's objective and scale among them), the command line or a table row's
+overrides, and the scale's width multiplier ``repdegen.reproduce.settings.config.finalize`` applies in Python.
 
     repdegen describe table=yu2022_t7 row=AGG scale=lite          # one table cell
     repdegen describe experiment=gao2019/awd_lstm_wt2 objective=cosreg scale=lite sources=true
@@ -31,12 +31,7 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _container(cfg: DictConfig, resolve: bool) -> dict:
-    """The config as a dict, without the preset's sections (``objectives``, ``scales``): what they set is listed
-    under its own keys, with the section as its source."""
-    container = OmegaConf.to_container(cfg, resolve=resolve, throw_on_missing=False)
-    for section in ("objectives", "scales"):
-        container.pop(section, None)
-    return container
+    return OmegaConf.to_container(cfg, resolve=resolve, throw_on_missing=False)
 
 
 def _file_label(default) -> str:
@@ -47,24 +42,14 @@ def _file_label(default) -> str:
     return f"conf/{path}.yaml" if (CONF_DIR / f"{path}.yaml").is_file() else f"schema default ({path})"
 
 
-def _section(cfg: DictConfig, key: str) -> str:
-    """Which section of the preset an override of ``key`` came from (``scales.lite``, ``objectives.agg``)."""
-    return f"objectives.{cfg.objective.name}" if key.startswith("objective.") else f"scales.{cfg.scale.name}"
-
-
 def compose_with_sources(overrides: list[str], config_name: str = "config") -> tuple[DictConfig, dict[str, list[str]]]:
     """The finalized config ``repdegen.reproduce.train <overrides>`` runs, and for each dotted key the layers that set it,
     first to last (Hydra must be initialized, e.g. inside ``initialize_config_dir``)."""
-    from hydra import compose
     from hydra._internal.defaults_list import create_defaults_list
     from hydra.core.global_hydra import GlobalHydra
-    from repdegen.reproduce.settings.config import compose_preset, compose_with_choices, finalize
+    from repdegen.reproduce.settings.config import compose_with_choices, experiment_scale, finalize
 
-    # the experiment preset's sections for its objective and scale are overrides placed before the given ones
-    given = list(overrides)
-    overrides = compose_preset(lambda o: compose(config_name=config_name, overrides=o), given)[1]
-    from_preset = set(overrides[: len(overrides) - len(given)])
-    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
+    overrides = experiment_scale(list(overrides))
     loader = GlobalHydra.instance().config_loader()
     parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
     defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=parsed, prepend_hydra=True,
@@ -83,14 +68,11 @@ def compose_with_sources(overrides: list[str], config_name: str = "config") -> t
         before = now
 
     # the overrides that set values (key=value, +key=value), after every file, in the order given
-    cell_overrides = [o for o in overrides if not o.startswith("experiment=")]
-    composed = (compose_preset(lambda o: compose_with_choices(o, config_name), [f"experiment={experiment}", *cell_overrides])[0]
-                if experiment else compose(config_name=config_name, overrides=overrides))
+    composed = compose_with_choices(overrides, config_name)
     for override in defaults.config_overrides:
         key = override.key_or_group.lstrip("+~")
         value = OmegaConf.select(composed, key, default=None)
-        label = (f"conf/experiment/{experiment}.yaml {_section(composed, key)}: {override.input_line}"
-                 if override.input_line in from_preset else f"override {override.input_line}")
+        label = f"override {override.input_line}"
         for leaf, v in flatten(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value, key).items():
             history.setdefault(leaf, []).append((label, v))
 
