@@ -12,9 +12,9 @@ kind                       loader                              written by
 ``.pt`` checkpoint/weights :func:`load_checkpoint`             :mod:`repdegen.reproduce.engine.checkpoint`
 ``.pt`` tensor             :func:`load_tensor_file`            ``vocab_counts.pt``, ``init_embedding.pt``
 ``cell.yaml``              :func:`load_cell_yaml`              :func:`repdegen.reproduce.runs.launch.write_cell_config`
-``cells.json``             :func:`load_cells_json`             :func:`repdegen.reproduce.runs.tables.render`
-``claims.json``            :func:`load_claims_json`            :func:`repdegen.reproduce.runs.tables.render`
-``table.csv``              :func:`load_table_csv`              :func:`repdegen.reproduce.runs.tables.render`
+``cells.json``             :func:`load_cells_json`             :func:`repdegen.reproduce.results.table_render.render`
+``claims.json``            :func:`load_claims_json`            :func:`repdegen.reproduce.results.table_render.render`
+``table.csv``              :func:`load_table_csv`              :func:`repdegen.reproduce.results.table_render.render`
 ``bench/*/*.json``         :func:`load_bench_json`             ``scripts/bench.py``
 ``registration.json``      :func:`load_registration`           :mod:`repdegen.reproduce.runs.registration`
 ``.hydra/overrides.yaml``  :func:`load_overrides`              Hydra, for each job of a sweep

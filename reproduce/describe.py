@@ -89,7 +89,7 @@ def table_cell(table: str, row: str | None, scale: str, seed: int | None, extra:
     """The cell of ``table`` (at ``scale``) whose row is labelled ``row`` (and runs ``seed``; else its first)."""
     from hydra import compose
     from repdegen.reproduce.errors import ConfigError
-    from repdegen.reproduce.runs.tables import all_table_names, expand_cells
+    from repdegen.reproduce.runs.cells import all_table_names, expand_cells
 
     if table not in all_table_names():
         raise ConfigError(f"table={table!r} is not a table; tables: {', '.join(all_table_names())}")

@@ -34,7 +34,7 @@ def choose(results: dict[tuple[float, str], float]) -> tuple[float, str]:
 
 def grid_hashes(objective: str, runs_dir: str) -> dict[tuple[float, str], str]:
     from hydra import initialize_config_dir
-    from repdegen.reproduce.runs.tables import compose_cell
+    from repdegen.reproduce.runs.cells import compose_cell
     from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize, register_all
 
     register_all()

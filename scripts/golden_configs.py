@@ -37,7 +37,7 @@ def collect() -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """(index, views): index maps "table/<name>/<scale>" and "experiment/<name>/<scale>" to its cells
     ({"row": "<group> / <label>" or "<label>", "seed", "hash"}); views maps each hash to its hashed view."""
     from hydra import compose, initialize_config_dir
-    from repdegen.reproduce.runs.tables import all_table_names, expand_cells  # registers the schemas
+    from repdegen.reproduce.runs.cells import all_table_names, expand_cells  # registers the schemas
     from repdegen.reproduce.settings.config import CONF_DIR, hashed_view
     from repdegen.reproduce.settings.resolve import resolve
     index: dict[str, list[dict]] = {}

@@ -11,8 +11,8 @@ PPL wins (within 0.5 % of the preset's lr: the preset's); then the regime checks
 
 Two one-thread cells at a time (``--parallel``); each is an ordinary ``repdegen.reproduce.train`` run in the ledger, so an
 interrupted pilot resumes. Writes ``results/pilots/<name>.json`` and ``.md`` (the runs, the checks, the decision).
-The decision is applied by hand to the preset's ``conf/experiment_scale/<experiment>/lite.yaml`` (with a comment naming the pilot file), before the
-table's cells run.
+The decision is applied by hand to the preset's ``conf/experiment_scale/<experiment>/lite.yaml`` (with a comment
+naming the pilot file), before the table's cells run.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import repdegen.reproduce.results.table_render as table_render
 import repdegen.reproduce.runs.tables as table_mod
 from hydra import initialize_config_dir
 from repdegen.reproduce.errors import UserError
@@ -82,7 +83,7 @@ def test_a_bad_archived_record_is_an_error_naming_it_and_nothing_is_restored(bad
 
 
 def test_a_lost_ledger_is_restored_and_renders_the_same_table(tiny_data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(table_mod, "ARCHIVED_SCALES", ("smoke",))  # paper's behaviour, at a scale a test can train
+    monkeypatch.setattr(table_render, "ARCHIVED_SCALES", ("smoke",))  # paper's behaviour, at a scale a test can train
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("gao2019_t1", "smoke", tmp_path, tiny_data)
         assert table_mod.run_table(app) == 0

@@ -128,7 +128,8 @@ def table_app(tmp_path: Path, tiny_data: Path, *extra: str):
 
 @pytest.mark.parametrize("content", ['{"status": "comp', "[1, 2]"], ids=["truncated", "list"])
 def test_render_only_names_a_corrupt_record_and_changes_nothing(content, tmp_path, tiny_data, capsys):
-    from repdegen.reproduce.runs.tables import expand_cells, run_tables
+    from repdegen.reproduce.runs.cells import expand_cells
+    from repdegen.reproduce.runs.tables import run_tables
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, "render_only=true")
@@ -265,7 +266,7 @@ def test_the_tying_error_names_the_users_widths_and_its_fix_works(compose_cfg):
 
 # ---- the table's overrides= syntax ------------------------------------------------------------------------
 def test_table_overrides_list_syntax():
-    from repdegen.reproduce.runs.tables import split_cell_args
+    from repdegen.reproduce.table import split_cell_args
 
     for arg in ("overrides=[trainer.device=cpu,model.foo=[1,2]]", 'overrides=["trainer.device=cpu","model.foo=[1,2]"]'):
         own, cell = split_cell_args(["table=x", arg])
@@ -274,11 +275,12 @@ def test_table_overrides_list_syntax():
 
 # ---- concurrent tables ------------------------------------------------------------------------------------
 def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_data, monkeypatch, capsys):
-    import repdegen.reproduce.runs.tables as table_mod
+    import repdegen.reproduce.results.table_render as table_mod
+    from repdegen.reproduce.runs.cells import expand_cells
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = table_app(tmp_path, tiny_data, "render_only=true")
-        cells = table_mod.expand_cells(app)
+        cells = expand_cells(app)
     out = Path(app.paths.tables_dir) / "inan2016_t1" / "smoke"
     hashes = [c.config_hash for c in cells]
 

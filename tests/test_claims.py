@@ -30,7 +30,7 @@ from repdegen.reproduce.results.claims import (
     validate_claims,
     verdict_record,
 )
-from repdegen.reproduce.runs.tables import TableConfig, expand_cells, scale_names
+from repdegen.reproduce.runs.cells import TableConfig, expand_cells, scale_names
 from repdegen.reproduce.settings.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))

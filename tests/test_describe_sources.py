@@ -9,7 +9,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from repdegen.reproduce.runs.tables import expand_cells
+from repdegen.reproduce.runs.cells import expand_cells
 from repdegen.reproduce.settings.config import CONF_DIR, config_hash
 from repdegen.reproduce.settings.sources import compose_with_sources, flatten
 

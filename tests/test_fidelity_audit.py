@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from repdegen.reproduce.runs.tables import compose_cell, expand_cells
+from repdegen.reproduce.runs.cells import compose_cell, expand_cells
 from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize, hashed_view
 
 from tests.conftest import PAPERS_DIR, REFERENCE_NOTES

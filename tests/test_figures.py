@@ -220,7 +220,7 @@ def test_svd_projections_one_panel_per_row_on_the_same_limits(tmp_path):
     assert ef.plot_svd_projections(panels, tmp_path / "svd.png", "t", max_points=20).is_file()
 
 
-# ---- a table's figures (repdegen.reproduce.runs.tables.render_embedding_figures) ------------------------------------------
+# ---- a table's figures (repdegen.reproduce.results.table_figures.render_embedding_figures) ------------------------
 
 
 def _record(tmp_path, h, label, group, seed, scale=1.0):
@@ -239,7 +239,7 @@ def _record(tmp_path, h, label, group, seed, scale=1.0):
 
 
 def test_render_embedding_figures_keys_rows_by_group_and_label(tmp_path, monkeypatch):
-    from repdegen.reproduce.runs.tables import render_embedding_figures
+    from repdegen.reproduce.results.table_figures import render_embedding_figures
 
     records = [_record(tmp_path, f"{g}-{label}-{s}", label, g, s, scale)
                for g, label, scale in (("A", "MLE", 1.0), ("A", "CosReg", 2.0), ("B", "MLE", 3.0))
@@ -285,7 +285,7 @@ def test_render_embedding_figures_keys_rows_by_group_and_label(tmp_path, monkeyp
 
 
 def test_render_embedding_figures_falls_back_to_a_seed_whose_weights_are_here(tmp_path):
-    from repdegen.reproduce.runs.tables import render_embedding_figures
+    from repdegen.reproduce.results.table_figures import render_embedding_figures
 
     records = [_record(tmp_path, f"A{s}", "MLE", None, s) for s in (1, 2)]
     (tmp_path / "runs" / "A1" / "best.pt").unlink()
@@ -313,7 +313,7 @@ def test_a_long_legend_grows_the_figure_not_squeezes_the_panel(tmp_path):
 
 def test_an_al_rows_target_entropy_gets_its_own_panel(tmp_path, monkeypatch):
     """Rows that record AL's per-epoch target entropy add a panel (registry label) to geometry_over_training.png."""
-    from repdegen.reproduce.runs.tables import render_embedding_figures
+    from repdegen.reproduce.results.table_figures import render_embedding_figures
 
     records = [_record(tmp_path, f"h{label}", label, None, 1) for label in ("RE", "REAL")]
     for h in records[1]["history"]:

@@ -12,7 +12,7 @@ import torch
 from repdegen.analysis import geometry
 from repdegen.analysis.record_metrics import valid_ppl_curve_mean
 from repdegen.reproduce.results.render import RenderedRow
-from repdegen.reproduce.runs.tables import add_gains
+from repdegen.reproduce.results.table_render import add_gains
 
 
 def cos(a, b) -> float:

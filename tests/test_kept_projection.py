@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import repdegen.analysis.embedding_figures as ef
 import torch
+from repdegen.reproduce.results.table_figures import render_embedding_figures
 from repdegen.reproduce.runs.archive import (
     PROJECTION_FILE,
     archive_records,
@@ -22,7 +23,6 @@ from repdegen.reproduce.runs.archive import (
     restore_records,
     svd_caption,
 )
-from repdegen.reproduce.runs.tables import render_embedding_figures
 
 
 def brute_projection(w: torch.Tensor) -> np.ndarray:

@@ -16,9 +16,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from repdegen.reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
+from repdegen.reproduce.runs.cells import expand_cells, parse_table_names
 from repdegen.reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
 from repdegen.reproduce.runs.ledger import Ledger, RunLocked
-from repdegen.reproduce.runs.tables import expand_cells, parse_table_names, run_table, run_tables
+from repdegen.reproduce.runs.tables import run_table, run_tables
 from repdegen.reproduce.settings.config import CONF_DIR, compose_config
 
 REPO = Path(__file__).resolve().parents[1]

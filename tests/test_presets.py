@@ -10,11 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from repdegen.reproduce.runs.tables import compose_cell, expand_cells
+from repdegen.reproduce.runs.cells import compose_cell, expand_cells
 from repdegen.reproduce.settings.config import CONF_DIR, config_hash, finalize
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import repdegen.reproduce.runs.tables  # noqa: F401  (registers the table schema
 from omegaconf import OmegaConf
 from repdegen.reproduce.errors import UserError
 from repdegen.reproduce.runs import registration
-from repdegen.reproduce.runs.tables import TableConfig
+from repdegen.reproduce.runs.cells import TableConfig
 
 
 def make_table(margin=None, seeds=None, text="New beats Base", quote="q"):

@@ -26,7 +26,7 @@ OVERRIDES = ["trainer.test_batch_size=10"]
 def tiny_results(tiny_data, tmp_path_factory):
     """One trained cell of inan2016_t1 at smoke in a tmp ledger, and a results folder holding a committed
     rendering of another table (no ledger entries here), a figure, a benchmark, a sanity check and notes."""
-    from repdegen.reproduce.runs.tables import expand_cells
+    from repdegen.reproduce.runs.cells import expand_cells
     from repdegen.reproduce.train import train
 
     root = tmp_path_factory.mktemp("report")
@@ -220,7 +220,7 @@ def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, m
     byte (no timestamp-only diff to commit); a changed input rewrites its page with the new time."""
     import datetime as real_dt
 
-    import repdegen.reproduce.runs.tables as tables_mod
+    import repdegen.reproduce.results.table_render as tables_mod
 
     results = tiny_results["results"]
     _rerender_and_report(tiny_results)
@@ -292,7 +292,7 @@ def test_a_re_rendering_keeps_the_command_that_trained_the_cells(tiny_results):
     """cells.json's `command` stays the one that trained the cells (what a reader reruns) through a render-only
     pass, which says in `rendered_by` how it was made; a cells.json with only a render-only command (older reports)
     gets the table's training command back."""
-    from repdegen.reproduce.runs.tables import training_command
+    from repdegen.reproduce.results.provenance import training_command
 
     out = tiny_results["results"] / "tables" / "inan2016_t1" / "smoke"
     _rerender_and_report(tiny_results)

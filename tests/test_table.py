@@ -13,7 +13,8 @@ import pytest
 import repdegen.reproduce.runs.execute as train_mod
 from hydra import compose, initialize_config_dir
 from repdegen.reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from repdegen.reproduce.runs.tables import expand_cells, run_table
+from repdegen.reproduce.runs.cells import expand_cells
+from repdegen.reproduce.runs.tables import run_table
 from repdegen.reproduce.settings.config import CONF_DIR
 
 TABLES = sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
@@ -70,7 +71,7 @@ def test_every_table_expands_at_every_scale(table, scale, tmp_path):
 
 def test_rows_selects_the_cells_to_run_and_names_bad_rows(tmp_path):
     from repdegen.reproduce.errors import ConfigError
-    from repdegen.reproduce.runs.tables import selected_cells
+    from repdegen.reproduce.runs.cells import selected_cells
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         app = compose_app("inan2017_t1", "paper", tmp_path)
@@ -166,7 +167,7 @@ def test_a_failing_cell_does_not_stop_the_others(tiny_data, tmp_path, monkeypatc
 
 
 def test_command_line_splits_cell_overrides():
-    from repdegen.reproduce.runs.tables import split_cell_args
+    from repdegen.reproduce.table import split_cell_args
 
     own, cell = split_cell_args(["table=x", "scale=lite", "trainer.device=cuda", "logger=wandb", "+model.foo=1",
                                  "paths.output_dir=o", "render_only=true", "seed=3", "scale.max_epochs=2"])
@@ -219,7 +220,7 @@ def test_render_header_names_every_commit_the_cells_ran_at():
 def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
     """A cell trained on a dirty tree keeps "uncommitted changes" in the header when a clean tree at another
     commit re-renders it (it used to drop the flag); several commits are all named; any dirty cell marks the table."""
-    import repdegen.reproduce.runs.tables as tables
+    import repdegen.reproduce.results.provenance as tables
 
     monkeypatch.setattr(tables, "git_commit", lambda: {"commit": "ffff000011112222", "dirty": False})
     dirty = {"git": {"commit": "30bba3bdbde4b9f1", "dirty": True}}
@@ -249,7 +250,7 @@ def test_header_commit_and_dirty_flag_come_from_the_cells_records(monkeypatch):
 def test_paper_rendering_names_each_cells_sessions_machine_and_commit():
     """A hand-made record of a cell retrained in a second session (footnote 5): 3 + 2 epochs, 1 h 1 min in all, on a
     CPU at a dirty commit; the Cells section and cells.json's provenance say so."""
-    from repdegen.reproduce.runs.tables import cell_provenance
+    from repdegen.reproduce.results.provenance import cell_provenance
 
     history = [{"stage": "train", "epoch": e, "session": s} for s, n in ((1, 3), (2, 2)) for e in range(1, n + 1)]
     history += [{"stage": "test", "epoch": 2, "session": 2}]
@@ -367,7 +368,7 @@ def test_the_tables_paper_lines_are_the_final_rows_printed_validation_ppl_at_pap
     """A run is named in the curves by its (group, label) (a run shared by rows: their common label); its line is the
     paper validation PPL of the final-stage rows of its cell, never a first-session, finetuning or cache row's."""
     from omegaconf import OmegaConf
-    from repdegen.reproduce.runs.tables import paper_valid_lines
+    from repdegen.reproduce.results.table_render import paper_valid_lines
 
     rows = OmegaConf.create([
         {"group": "Small", "label": "MLE", "paper": {"valid_ppl": 92.6, "test_ppl": 87.3}},

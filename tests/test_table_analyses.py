@@ -20,7 +20,8 @@ from repdegen.core.loaders import load_continuations
 from repdegen.reproduce.errors import ConfigError
 from repdegen.reproduce.results.claims import validate_claims
 from repdegen.reproduce.runs import registration
-from repdegen.reproduce.runs.tables import TableConfig, run_table
+from repdegen.reproduce.runs.cells import TableConfig
+from repdegen.reproduce.runs.tables import run_table
 from repdegen.reproduce.settings.config import CONF_DIR
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from repdegen.reproduce.runs.tables import expand_cells, runs_at
+from repdegen.reproduce.runs.cells import expand_cells, runs_at
 from repdegen.reproduce.settings.config import CONF_DIR
 
 from tests.conftest import PAPERS_DIR, REAL_DATA, requires_real_data

@@ -193,7 +193,7 @@ def to_markdown(title: str, columns: list[str], rows: list[RenderedRow], meta: d
 def cells_markdown(cells: list[dict]) -> list[str]:
     """The "Cells" section: one line per complete cell with what a paper-scale number needs beside it (each cell
     may have run on another machine, at another commit, over several sessions of this suite). ``cells``: the
-    dicts of :func:`repdegen.reproduce.runs.tables.cell_provenance`."""
+    dicts of :func:`cell_provenance`."""
     if not cells:
         return []
     lines = ["", "### Cells", "", "| Row | Seed | Config | Epochs (per training session) | Wall time | Hardware | Commit "

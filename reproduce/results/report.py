@@ -239,8 +239,8 @@ def rendered_cells(out: Path) -> dict | None:
 
 
 def _figure_captions(out: Path) -> dict:
-    """cells.json's {figure stem: caption} (written by repdegen.reproduce.runs.tables.render); {} for none. A rendering made
-    before the figures were keyed by name has {"svd_<k>": row label}: returned as it is."""
+    """cells.json's {figure stem: caption} (written by repdegen.reproduce.results.table_render.render); {} for none.
+    A rendering made before the figures were keyed by name has {"svd_<k>": row label}: returned as it is."""
     return (rendered_cells(out) or {}).get("figures") or {}
 
 

@@ -2,8 +2,9 @@
 
 A paper-scale cell takes hours to days and its rows are built over sessions and machines; the ledger
 (``outputs/runs/``) is not committed and a work tree can be lost between sessions, and with it every record the
-committed rendering was made from (the rendering is then frozen: :func:`repdegen.reproduce.runs.tables.render_latest` never
-replaces it by one that lacks a complete cell). So a paper-scale rendering also writes, beside its table::
+committed rendering was made from (the rendering is then frozen:
+:func:`repdegen.reproduce.results.table_render.render_latest` never replaces it by one that lacks a complete cell).
+So a paper-scale rendering also writes, beside its table::
 
     results/tables/<table>/paper/records/<config hash>/result.json          the cell's run record, as in the ledger
     results/tables/<table>/paper/records/<config hash>/analysis/*.json      its analyses (reproduce/runs/trained.py)

@@ -6,7 +6,7 @@ time, or on a SLURM cluster through submitit.
     repdegen table table=all scale=paper hydra/launcher=submitit_slurm \\
         hydra.launcher.partition=gpu hydra.launcher.timeout_min=4320      # one SLURM job per cell
 
-A cell is one training config (``repdegen.reproduce.runs.tables.Cell``). Each cell runs in its own process, so a
+A cell is one training config (``repdegen.reproduce.runs.cells.Cell``). Each cell runs in its own process, so a
 crash, an out-of-memory kill or a bug in one cell cannot take the others down:
 
     python -m repdegen.reproduce.runs.launch <runs_dir>/<hash>/cell.yaml               # one process

@@ -1,0 +1,104 @@
+"""A table's embedding figures: the singular-value spectra and the 2-D projections of its cells' output embeddings
+(Gao et al. 2019 Fig. 1, Yu et al. 2022 Fig. 2), from the records and checkpoints in the ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from repdegen.reproduce.runs.archive import (
+    ensure_projection,
+    keep_figure_aside,
+    read_projection,
+    svd_caption,
+)
+
+
+def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, title: str) -> dict[str, str]:
+    """The papers' embedding figures for the cells of a table, next to it; {file name: caption} of those written.
+
+    A row is keyed by (group, label) (two rows "MLE" of different groups are two rows), named "group / label" in
+    the figures when the rows shown are of more than one group, and has one colour in every figure. A row run with
+    several seeds is drawn as the mean over its seeds with a min–max band (``records``: every seed's record).
+
+    * ``singular_values.png``: normalised singular values of each row's final output embedding (Gao Fig. 2(b),
+      Yu Fig. 3(c));
+    * ``geometry_over_training.png``: I(W), I(W) of the rare and frequent groups and the rare-frequent mean cosine
+      at every evaluation (Yu Fig. 2), and AL's target entropy where rows record it, one panel each in a grid;
+    * the traces of an objective, e.g. ``rare_group_size.png``: AGG's rare group size over the first updates (Yu
+      Fig. 4);
+    * ``svd_projection.png``: each row's output embedding (its lowest seed whose weights, or whose projection kept
+      with its record, are here) projected on its top-2 singular directions, coloured by frequency group, one panel
+      per row on the same axis limits (Gao Figs 1(a), 2(a); Yu Figs 1, 3). The per-row ``svd_<k>.png`` of earlier
+      renderings are removed; one that drew a row this one cannot is kept aside as drawn
+      (:func:`repdegen.reproduce.runs.archive.keep_figure_aside`).
+    """
+    from repdegen.analysis.embedding_figures import plot_metric_over_training, plot_singular_values, plot_svd_projections
+    from repdegen.analysis.figures import Seeds, row_colors, row_name
+    from repdegen.losses import OBJECTIVES
+    from repdegen.reproduce.results.metrics import label as metric_label
+
+    rows: dict[tuple[str | None, str], list[dict]] = {}
+    for r in records:
+        rows.setdefault((r.get("_row_group"), r["_row_label"]), []).append(r)
+    for seeds in rows.values():
+        seeds.sort(key=lambda r: (r.get("_seed") is None, r.get("_seed") or 0))
+    with_group = len({g for g, _ in rows}) > 1
+    name = {key: row_name(key[0], key[1], with_group) for key in rows}
+    colors = {name[key]: c for key, c in row_colors(list(rows)).items()}
+    groups = [g for g, _ in rows if g]
+    if groups and not with_group:  # one group: the title says which
+        title = f"{title}, {groups[0]}"
+    seeds = sorted({r["_seed"] for r in records if r.get("_seed") is not None})
+    over = f" (line: mean over seeds {', '.join(map(str, seeds))}; band: min–max)" if len(seeds) > 1 else ""
+    written: dict[str, str] = {}
+    spectra = {name[key]: Seeds(r["metrics"]["final"]["singular_values"] for r in rs
+                                if r["metrics"].get("final", {}).get("singular_values"))
+               for key, rs in rows.items()}
+    spectra = {n: s for n, s in spectra.items() if s}
+    if spectra:
+        plot_singular_values(spectra, out / "singular_values.png", f"Singular values of the output embedding W — {title}",
+                             colors=colors)
+        written["singular_values.png"] = ("Normalised singular values of each row's output embedding (Gao Fig. 2b, Yu "
+                                          f"Fig. 3c){over}")
+    keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent", "al_target_entropy")
+            if any(k in h for r in records for h in r.get("history", []))]
+    if keys:
+        histories = {name[key]: Seeds([dict(h, step=h.get("updates", i + 1)) for i, h in enumerate(r.get("history", []))]
+                                      for r in rs) for key, rs in rows.items()}
+        plot_metric_over_training(histories, keys, out / "geometry_over_training.png",
+                                  f"Embedding geometry during training — {title}", x_key="step", colors=colors,
+                                  labels={k: metric_label(k) for k in keys}, x_label="training updates")
+        written["geometry_over_training.png"] = ("Embedding geometry of each row at every evaluation: "
+                                                 f"{', '.join(metric_label(k) for k in keys)} (Yu Fig. 2){over}")
+    for trace, (filename, what) in sorted({k: v for cls in OBJECTIVES.classes() for k, v in cls.traces.items()}.items()):
+        traces = {name[key]: Seeds([{"step": s, trace: v} for s, v in r["trace"][trace]] for r in rs
+                                   if r.get("trace", {}).get(trace))
+                  for key, rs in rows.items()}
+        traces = {n: t for n, t in traces.items() if t}
+        if traces:
+            plot_metric_over_training(traces, trace, out / filename, f"{what} over the first updates — {title}",
+                                      x_key="step", colors=colors, labels={trace: what}, x_label="training updates")
+            written[filename] = f"{what} over the first updates of each row that records it (Yu Fig. 4){over}"
+    panels, shown = {}, []
+    for key, rs in rows.items():
+        for r in rs:  # the lowest seed whose weights, or whose kept projection, are on this machine
+            # the projection kept beside the run (computed once from its weights: the archive copies the same file)
+            kept = ensure_projection(runs_dir / r["config_hash"], r)
+            kept = read_projection(kept, r.get("started")) if kept is not None else None
+            found = kept[:2] if kept is not None else None
+            if found is None:
+                continue  # neither is on this machine: the table still renders
+            seed = f" — seed {r['_seed']}" if r.get("_seed") is not None else ""
+            panels[f"{name[key]}{seed}"] = found
+            shown.append(name[key] + (f" (seed {r['_seed']})" if r.get("_seed") is not None else ""))
+            break
+    keep_figure_aside(out, shown)  # the figure there drew a row this one cannot: kept as it was drawn
+    if panels:
+        plot_svd_projections(panels, out / "svd_projection.png",
+                             f"Output embedding on its top-2 singular directions, one seed per row — {title}",
+                             max_points=20000)
+        for old in out.glob("svd_*.png"):  # the per-row files of earlier renderings (svd_1.png, ...): replaced
+            if old.stem[4:].isdigit():
+                old.unlink()
+        written["svd_projection.png"] = svd_caption(shown)
+    return written
