@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -68,7 +69,8 @@ def overrides_arg(arg: str) -> list[str] | None:
 
 def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
     """Split command-line overrides into the table app's own and those for every cell; a scale field
-    (``scale.max_epochs=3``) goes to both, since the cells compose their own copy of the scale.
+    (``scale.max_epochs=3``) goes to both, since the cells compose their own copy of the scale, and so does
+    ``hydra.searchpath`` (a user's config folder: their tables, objectives, presets).
     ``overrides=[trainer.device=cpu,seed=2]`` (quoted or not) gives its items to every cell."""
     own, cell = [], []
     for arg in argv:
@@ -80,12 +82,24 @@ def split_cell_args(argv: list[str]) -> tuple[list[str], list[str]]:
         key = dotted.split(".")[0]
         if key in CELL_KEYS:
             cell.append(arg)
-        elif key == "scale" and "." in dotted:
+        elif (key == "scale" and "." in dotted) or dotted == "hydra.searchpath":  # the cells compose with them too
             own.append(arg)
             cell.append(arg)
         else:
             own.append(arg)
     return own, cell
+
+
+def searchpath_dirs(args: list[str]) -> list[Path]:
+    """The config folders a ``hydra.searchpath=[file:///path/conf,...]`` argument adds: where a user's own tables
+    (``<folder>/table/<name>.yaml``), objectives and presets live."""
+    dirs = []
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hydra.searchpath":
+            dirs += [Path(item[len("file://"):]) for item in split_list(value.strip().strip("[]"))
+                     if item.startswith("file://")]
+    return dirs
 
 
 def _raise_interrupt(signum, frame):
@@ -115,7 +129,7 @@ def main() -> None:
     for k, arg in enumerate(own):
         if arg.startswith("table="):
             try:
-                names = parse_table_names(arg.split("=", 1)[1])
+                names = parse_table_names(arg.split("=", 1)[1], searchpath_dirs(own))
             except ConfigError as err:
                 report_user_error(err)
                 sys.exit(EXIT_USER_ERROR)

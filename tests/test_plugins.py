@@ -83,3 +83,72 @@ def test_every_module_of_losses_and_models_registers_without_a_list():
             names = [line.split("(", 1)[1].split(",")[0].strip("\"') ") for line in text.splitlines()
                      if line.startswith(decorator)]
             assert set(names) <= set(registry.names()), (info.name, names)
+
+
+# ---- extending, measured: an objective, a model and a table of one's own, from a temporary folder -----------------
+TOY_MODEL = '''
+from dataclasses import dataclass
+
+from repdegen.models import register_model
+from repdegen.models.lstm_lm import LSTMLanguageModel, LSTMLMConfig
+
+
+@dataclass
+class ToyLSTMConfig(LSTMLMConfig):
+    arch: str = "toy_lstm"
+
+
+@register_model("toy_lstm", ToyLSTMConfig)
+class ToyLSTM(LSTMLanguageModel):
+    """The LSTM LM under a name of its own: what a model from outside takes."""
+'''
+TOY_MODEL_YAML = "defaults:\n  - schema_toy_lstm\n  - _self_\nname: toy_lstm\nhidden_size: 40\nnum_layers: 1\n"
+TOY_TABLE = """defaults:
+  - schema_table
+  - _self_
+name: toy_t1
+title: "A table of one's own: MLE against a scaled MLE"
+source: "the extension test (tests/test_plugins.py)"
+columns: [valid_ppl, test_ppl]
+rows:
+  - {label: MLE, experiment: inan2017/small, overrides: [objective=mle], paper: {valid_ppl: 100.0}}
+  - {label: Scaled MLE, experiment: inan2017/small, overrides: [objective=scaled_mle], paper: {valid_ppl: 99.0}}
+  - {label: Toy model, experiment: inan2017/small, overrides: [objective=mle, model=toy_lstm], paper: {}}
+baseline: MLE
+claims:
+  - text: "The scaled loss lowers the validation PPL"
+    source: "the extension test"
+    quote: "none"
+    checks:
+      - {metric: valid_ppl, row: "Scaled MLE", relation: lower, than: MLE}
+"""
+
+
+def test_an_objective_a_model_and_a_table_from_a_temporary_folder_run_at_smoke(tmp_path, tiny_data):
+    """The files each extension takes, counted: an objective is its module and its YAML, a model its module and its
+    YAML, a table its YAML; with REPDEGEN_PLUGINS and hydra.searchpath the table command runs all three."""
+    ext = tmp_path / "ext"
+    files = {"scaled_mle.py": MODULE, "conf/objective/scaled_mle.yaml": YAML, "toy_lstm.py": TOY_MODEL,
+             "conf/model/toy_lstm.yaml": TOY_MODEL_YAML, "conf/table/toy_t1.yaml": TOY_TABLE}
+    for name, text in files.items():
+        (ext / name).parent.mkdir(parents=True, exist_ok=True)
+        (ext / name).write_text(text)
+    env = dict(os.environ, REPDEGEN_PLUGINS=f"{ext / 'scaled_mle.py'},{ext / 'toy_lstm.py'}",
+               SCALED_MLE_MARK=str(tmp_path / "called"), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.table", "table=toy_t1", "scale=smoke",
+                          f"hydra.searchpath=[file://{ext / 'conf'}]", f"paths.output_dir={tmp_path / 'out'}",
+                          f"paths.tables_dir={tmp_path / 'tables'}", "progress=false", f"dataset.data_dir={tiny_data}",
+                          "trainer.progress=false", f"hydra.run.dir={tmp_path / 'h'}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    cells = json.loads((tmp_path / "tables" / "toy_t1" / "smoke" / "cells.json").read_text())["cells"]
+    assert [(c["label"], c["status"]) for c in cells] == [("MLE", "complete"), ("Scaled MLE", "complete"),
+                                                          ("Toy model", "complete")]
+    records = [json.loads((Path(c["run_dir"]) / "result.json").read_text()) for c in cells]
+    assert [r["choices"]["objective"] for r in records] == ["mle", "scaled_mle", "mle"]
+    assert records[2]["config"]["model"]["arch"] == "toy_lstm" and records[2]["config"]["model"]["num_layers"] == 1
+    assert (tmp_path / "called").read_text() == "0.25"
+    # the counts docs/architecture.md states
+    per_extension = {"objective": [n for n in files if "scaled_mle" in n], "model": [n for n in files if "toy_lstm" in n],
+                     "table": [n for n in files if "table/" in n]}
+    assert {k: len(v) for k, v in per_extension.items()} == {"objective": 2, "model": 2, "table": 1}

@@ -5,7 +5,9 @@ one cell."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -197,16 +199,19 @@ def selected_cells(app: DictConfig, cells: list[Cell]) -> list[Cell]:
     return [c for c in cells if wanted & set(c.rows)]
 
 
-def all_table_names() -> list[str]:
+def all_table_names(conf_dirs: Sequence[Path] = ()) -> list[str]:
+    """The tables of ``conf/table/`` and of the other config folders ``conf_dirs`` (a user's own, on Hydra's search
+    path: :func:`repdegen.reproduce.table.searchpath_dirs`)."""
     from repdegen.reproduce.settings.config import CONF_DIR
 
-    return sorted(p.stem for p in (CONF_DIR / "table").glob("*.yaml"))
+    return sorted({p.stem for root in (CONF_DIR, *conf_dirs) for p in (Path(root) / "table").glob("*.yaml")})
 
 
-def parse_table_names(value: str) -> list[str]:
-    """``all``, one name, or a comma-separated list (``a,b`` or ``[a,b]``)."""
+def parse_table_names(value: str, conf_dirs: Sequence[Path] = ()) -> list[str]:
+    """``all``, one name, or a comma-separated list (``a,b`` or ``[a,b]``), of the tables :func:`all_table_names`
+    finds."""
     names = [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
-    known = all_table_names()
+    known = all_table_names(conf_dirs)
     if names == ["all"]:
         return known
     unknown = [n for n in names if n not in known]

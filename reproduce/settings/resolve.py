@@ -67,11 +67,12 @@ def _compose_memo(overrides: list[str], config_name: str, memo: dict | None) -> 
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception:  # Hydra's own composition reports a bad override, in its words
         return compose_with_choices(overrides, config_name)
-    if repo is None or any(o.is_sweep_override() or o.is_hydra_override() for o in parsed):
+    if repo is None or any(o.is_sweep_override() for o in parsed):
         return compose_with_choices(overrides, config_name)
     # what Hydra's defaults list treats as a value (hydra._internal.defaults_list.Overrides): not a config group, or
-    # a dict
-    values = [not repo.group_exists(o.key_or_group) or isinstance(o.value(), dict) for o in parsed]
+    # a dict; Hydra's own settings (hydra.searchpath: where a user's configs are found) belong with the groups
+    values = [not o.is_hydra_override() and (not repo.group_exists(o.key_or_group) or isinstance(o.value(), dict))
+              for o in parsed]
     groups = [line for line, v in zip(overrides, values) if not v]
     key = (config_name, tuple(groups))
     if key not in memo:
