@@ -1,5 +1,6 @@
-"""The metric registry (reproduce/results/metrics.py): hand-worked formats and labels, the recorded lists, and that
-every metric a table config names (a column or a claim's check) is registered, not derived by the fallback."""
+"""The metric registry (reproduce/results/metrics.py): hand-worked formats, labels, sources and margins, the recorded
+lists, and that every metric a table config names (a column or a claim's check) is registered, not derived by the
+fallback."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 
 import pytest
 import yaml
-from repdegen.reproduce.results.claims import ALWAYS_RECORDED, DEFAULT_MARGINS, LM_RECORDED, default_margin, table_metrics
-from repdegen.reproduce.results.metrics import METRICS, metric
+from repdegen.reproduce.results.claims import ALWAYS_RECORDED, LM_RECORDED, default_margin, table_metrics
+from repdegen.reproduce.results.metrics import METRICS, SOURCES, analysis_metrics, from_source, metric
 from repdegen.reproduce.settings.config import CONF_DIR
 
 
@@ -37,12 +38,24 @@ def test_recorded_lists_and_margins():
     assert {f"ppl_{g}" for g in ("frequent", "medium", "rare")} <= set(LM_RECORDED)
     assert not set(ALWAYS_RECORDED) & set(LM_RECORDED)
     assert "bleu" not in ALWAYS_RECORDED + LM_RECORDED  # a translation table's own column
-    # the margin families, by hand: substring rules in the order ppl, isotropy, cos, bleu, uniq
-    assert default_margin("valid_ppl_gain") == DEFAULT_MARGINS["ppl"]
-    assert default_margin("frac_pos_cos") == DEFAULT_MARGINS["cos"]
-    assert default_margin("uniq_rare") == DEFAULT_MARGINS["uniq"]
-    assert default_margin("wordsim_rg65") == DEFAULT_MARGINS["wordsim"]
+    # the margin families, by hand: substring rules in the order ppl, isotropy, cos, bleu, uniq; the claims read the
+    # registry's margin
+    assert default_margin("valid_ppl_gain") == metric("valid_ppl_gain").margin == (0.01, 0.0)
+    assert default_margin("frac_pos_cos") == (0.0, 0.01) and default_margin("isotropy_rare") == (0.05, 0.0)
+    assert default_margin("uniq_rare") == (0.02, 0.0) and default_margin("bleu_tok") == (0.0, 0.3)
+    assert default_margin("wordsim_rg65") == (0.0, 2.0) and default_margin("params") == (0.0, 0.0)
     assert default_margin("p_unk_nontarget") is None
+
+
+def test_each_metric_says_where_its_value_comes_from():
+    assert all(m.source in SOURCES for m in METRICS.values())
+    by_hand = {"valid_ppl": "evaluation", "isotropy": "evaluation", "al_target_entropy": "evaluation",
+               "test_ppl": "final", "ppl_rare": "final", "uniq": "final", "bleu": "final", "wordsim_men": "final",
+               "onset_frac_medium": "record", "valid_ppl_curve_mean": "record", "params": "record",
+               "test_ppl_gain": "record", "cont_uniq_mean": "analysis"}
+    assert {n: metric(n).source for n in by_hand} == by_hand
+    assert set(from_source("analysis")) == {n for names in analysis_metrics().values() for n in names}
+    assert metric("something_new").source == "evaluation"  # a key a run records that nobody registered
 
 
 def test_every_metric_a_table_names_is_registered():

@@ -20,10 +20,11 @@ Relations: ``lower`` / ``higher`` (row's metric below / above than's), ``ratio_a
 A check turns each seed's paired values into a signed difference d in the claim's direction (``lower``:
 than − row; ``ratio_at_least``: (row/than − value)·|than|; ``within``: value·|than| − |row − than|; ...).
 Every check has a **tie margin** M, fixed before the run: the larger of its stated margin (``margin``, a
-fraction of the compared value; ``margin_abs``, in the metric's units; defaults per metric family in
-``DEFAULT_MARGINS``) and the seed sd of the row it is compared with. The check **holds** (✓) when the mean
-of d over the seeds exceeds M and every seed's d is positive, **fails** (✗) when the mean is below −M and
-every seed's d is negative, and is a **tie** (≈) otherwise: inside the margin, or seeds that disagree.
+fraction of the compared value; ``margin_abs``, in the metric's units; defaults per metric family in the metric
+registry, ``repdegen.reproduce.results.metrics.FAMILY_MARGINS``) and the seed sd of the row it is compared with.
+The check **holds** (✓) when the mean of d over the seeds exceeds M and every seed's d is positive, **fails** (✗)
+when the mean is below −M and every seed's d is negative, and is a **tie** (≈) otherwise: inside the margin, or
+seeds that disagree.
 A claim holds when all its checks hold, fails when one fails, is a tie when none fails and one ties, and
 is not decided (–) while a cell it needs is not complete at that scale (not run, unfinished, failed) or
 a value is not finite. Seeds, claims and margins are fixed in the table config before a run (the
@@ -56,23 +57,10 @@ RULE = ("a check holds when the mean paired difference in the claim's direction 
         "margin is the larger of the stated one and the compared row's seed sd; a claim holds when all its checks "
         "hold; – = a cell it needs is not complete at this scale")
 
-# The stated tie margin of a check whose config gives none, by metric family: (relative, absolute). A relative
-# margin is a fraction of the compared value (|than|, |value·than| for ratios, |value| for constants).
-DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
-    "ppl": (0.01, 0.0),          # 1 % of the compared PPL
-    "isotropy": (0.05, 0.0),     # 5 % of the compared I(W)
-    "cos": (0.0, 0.01),          # cosines: 0.01 absolute (a relative margin of a value near 0 is none)
-    "bleu": (0.0, 0.3),          # 0.3 BLEU
-    "uniq": (0.02, 0.0),         # 2 % of the compared count of unique tokens
-    "wordsim": (0.0, 2.0),       # word similarity, Spearman's rho x 100 (Yu et al. Table 6): 2 points (0.02 in rho)
-    "params": (0.0, 0.0),        # parameter counts are exact
-}
-
-
 def default_margin(name: str) -> tuple[float, float] | None:
-    """(relative, absolute) stated margin of a metric without one in its check; None when no family matches."""
-    family = metric(name).family
-    return DEFAULT_MARGINS[family] if family else None
+    """(relative, absolute) stated margin of a metric without one in its check (the metric registry's family
+    margin); None when no family matches."""
+    return metric(name).margin
 
 
 @dataclass
@@ -83,7 +71,7 @@ class ClaimCheck:
     than: str | None = None
     value: float | None = None
     # the tie margin: a fraction of the compared value, and/or an absolute amount in the metric's units
-    # (None: DEFAULT_MARGINS for the metric's family); the effective margin is also at least the compared
+    # (None: the metric family's margin, metrics.FAMILY_MARGINS); the effective margin is also at least the compared
     # row's seed sd
     margin: float | None = None
     margin_abs: float | None = None

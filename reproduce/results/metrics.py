@@ -1,5 +1,6 @@
 """The one registry of the metrics a run records and a table, a claim or a sweep names: each metric's label, how
-its values print, which way is better, which task records it, and the family of its default tie margin.
+its values print, which way is better, which task records it, where its value comes from (``source``), and its
+family, whose default tie margin a claim's check takes when it states none (``FAMILY_MARGINS``).
 
 Rendering (:mod:`repdegen.reproduce.results.render`), the claims (:mod:`repdegen.reproduce.results.claims`) and sweep aggregation
 (:mod:`repdegen.reproduce.runs.sweeps`) all read it. A name that is not registered (a key of ``result.json`` such as
@@ -20,7 +21,27 @@ from dataclasses import dataclass
 GROUPS = ("frequent", "medium", "rare")
 TASKS = ("any", "lm", "translation")  # any: every run records it; lm / translation: runs of that task only
 KINDS = ("ppl", "count", "bleu", "params", "ratio", "number")  # how a value prints (Metric.format)
-FAMILIES = ("ppl", "isotropy", "cos", "bleu", "uniq", "wordsim", "params")  # claims.DEFAULT_MARGINS' keys
+# where a metric's value comes from:
+#   evaluation  recorded at every evaluation during training (analysis/metrics.py, analysis/geometry.py) and at the end
+#   final       computed from the trained model at the end (the task's final_extras, reproduce/engine/tasks.py;
+#               reproduce/engine/stages.py final_metrics)
+#   record      derived from the run record when it is rendered (analysis/record_metrics.py derived_metrics; the
+#               parameter count and the gains over the baseline, reproduce/results/table_render.py)
+#   analysis    a table's analysis of its trained cells (``analyses:``, reproduce/runs/trained.py)
+SOURCES = ("evaluation", "final", "record", "analysis")
+
+# The stated tie margin of a check whose config gives none, by metric family: (relative, absolute). A relative
+# margin is a fraction of the compared value (|than|, |value·than| for ratios, |value| for constants).
+FAMILY_MARGINS: dict[str, tuple[float, float]] = {
+    "ppl": (0.01, 0.0),          # 1 % of the compared PPL
+    "isotropy": (0.05, 0.0),     # 5 % of the compared I(W)
+    "cos": (0.0, 0.01),          # cosines: 0.01 absolute (a relative margin of a value near 0 is none)
+    "bleu": (0.0, 0.3),          # 0.3 BLEU
+    "uniq": (0.02, 0.0),         # 2 % of the compared count of unique tokens
+    "wordsim": (0.0, 2.0),       # word similarity, Spearman's rho x 100 (Yu et al. Table 6): 2 points (0.02 in rho)
+    "params": (0.0, 0.0),        # parameter counts are exact
+}
+FAMILIES = tuple(FAMILY_MARGINS)
 
 # prefixes / suffixes of the metrics that print with 3 significant digits (ratios, fractions, probabilities)
 _RATIO_PREFIXES = ("isotropy", "mean_cos", "cos_", "subspace_", "uniq_rare_over", "frac_", "centroid_", "sv_",
@@ -42,7 +63,7 @@ def _kind(name: str) -> str:
 
 
 def _family(name: str) -> str | None:
-    """The family of the stated tie margin of a check on this metric that gives none (claims.DEFAULT_MARGINS)."""
+    """The family of the stated tie margin of a check on this metric that gives none (FAMILY_MARGINS)."""
     m = name.lower()
     if m == "params":
         return "params"
@@ -59,7 +80,8 @@ class Metric:
     better: str | None = None  # "lower" | "higher" | None (neither: a trace, a ratio read against a paper's value)
     task: str = "any"  # TASKS
     recorded: bool = False  # every run of its task records it (besides a table's columns)
-    analysis: str | None = None  # given by this analysis of a table's (``analyses:``, reproduce/runs/trained.py)
+    source: str = "evaluation"  # SOURCES
+    analysis: str | None = None  # source "analysis": given by this analysis of a table's (``analyses:``)
 
     @property
     def kind(self) -> str:
@@ -68,6 +90,11 @@ class Metric:
     @property
     def family(self) -> str | None:
         return _family(self.name)
+
+    @property
+    def margin(self) -> tuple[float, float] | None:
+        """(relative, absolute) default tie margin of a check on this metric that states none; None: no family."""
+        return FAMILY_MARGINS[self.family] if self.family else None
 
     def format(self, value) -> str:
         """The value as the tables print it ("–" for none; a non-finite value as itself, not taken for "not run")."""
@@ -112,48 +139,49 @@ def sd_places(sd) -> int | None:
     return places
 
 
-def _m(name, label=None, better=None, task="any", recorded=False, analysis=None) -> Metric:
-    return Metric(name, label or name, better, task, recorded, analysis)
+def _m(name, label=None, better=None, task="any", recorded=False, source="evaluation", analysis=None) -> Metric:
+    return Metric(name, label or name, better, task, recorded, "analysis" if analysis else source, analysis)
 
 
 _ALL = [
-    # every run (analysis/metrics.py, analysis/geometry.py final metrics, analysis/record_metrics.py, the gains of
-    # reproduce/runs/tables.py)
+    # every run, at every evaluation and at the end (analysis/metrics.py, analysis/geometry.py)
     _m("valid_ppl", "Valid PPL", "lower", recorded=True),
-    _m("test_ppl", "Test PPL", "lower", recorded=True),
+    _m("test_ppl", "Test PPL", "lower", recorded=True, source="final"),
     _m("isotropy", "I(W)", "higher", recorded=True),
     _m("mean_cos", "Mean cos", "lower", recorded=True),
     *(_m(n, recorded=True) for n in (
         "frac_pos_cos", "centroid_ratio", "sv_norm_mean", "sv_ratio_3_2", "cos_excess_rare", "drift_cos_unseen",
         "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent")),
-    _m("valid_ppl_curve_mean", better="lower", recorded=True),
-    _m("valid_ppl_gain", recorded=True),
-    _m("test_ppl_gain", recorded=True),
+    # sv_norm_mean and sv_ratio_3_2 are also derived from the recorded spectrum of a record that lacks them; the
+    # record's history and the baseline's row give these
+    *(_m(n, recorded=True, source="record") for n in ("valid_ppl_gain", "test_ppl_gain")),
+    _m("valid_ppl_curve_mean", better="lower", recorded=True, source="record"),
     # reproduce/engine/stages.py final_metrics: a pass over the validation split when never-seen rows exist
-    _m("frac_h_neg_drift_unseen", recorded=True),
-    # language models (reproduce/engine/tasks.py)
-    _m("uniq", "Uniq", "higher", "lm", True),
-    _m("cos_rare_frequent", "cos(rare, freq)", "lower", "lm", True),
+    _m("frac_h_neg_drift_unseen", recorded=True, source="final"),
+    # language models, from the trained model (reproduce/engine/tasks.py final_extras)
+    _m("uniq", "Uniq", "higher", "lm", True, "final"),
+    _m("cos_rare_frequent", "cos(rare, freq)", "lower", "lm", True, "final"),
     # AL / REAL runs, every epoch (losses/al.py AugmentedLoss.epoch_metrics)
     _m("al_target_entropy", "H(y~) of AL's target (nats)"),
-    *(_m(n, task="lm", recorded=True) for n in (
-        "uniq_target", "uniq_rare_over_human", "nn_rare_frac", "p_unk_nontarget", "p_articles_nontarget",
-        # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)
+    *(_m(n, task="lm", recorded=True, source="final") for n in (
+        "uniq_target", "uniq_rare_over_human", "nn_rare_frac", "p_unk_nontarget", "p_articles_nontarget")),
+    # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)
+    *(_m(n, task="lm", recorded=True, source="record") for n in (
         "onset_lag_medium_rare", "onset_lag_frequent_rare", "onset_frac_medium", "onset_frac_frequent",
         *(f"degeneration_onset_{g}" for g in GROUPS))),
-    *(_m(f"ppl_{g}", f"PPL {g}", "lower", "lm", True) for g in GROUPS),
-    *(_m(f"uniq_{g}", f"Uniq {g}", "higher", "lm", True) for g in GROUPS),
-    *(_m(f"uniq_target_{g}", task="lm", recorded=True) for g in GROUPS),
-    *(_m(f"isotropy_{g}", f"I(W) {g}", "higher", "lm", True) for g in GROUPS),
+    *(_m(f"ppl_{g}", f"PPL {g}", "lower", "lm", True, "final") for g in GROUPS),
+    *(_m(f"uniq_{g}", f"Uniq {g}", "higher", "lm", True, "final") for g in GROUPS),
+    *(_m(f"uniq_target_{g}", task="lm", recorded=True, source="final") for g in GROUPS),
+    *(_m(f"isotropy_{g}", f"I(W) {g}", "higher", "lm", True, "final") for g in GROUPS),
     # columns of some tables only
-    *(_m(f"wordsim_{d}", d.upper(), "higher", "lm") for d in ("men", "ws353", "rg65", "rw")),
-    _m("subspace_distance", "Subspace distance (L^T, W)", task="lm"),
+    *(_m(f"wordsim_{d}", d.upper(), "higher", "lm", source="final") for d in ("men", "ws353", "rg65", "rw")),
+    _m("subspace_distance", "Subspace distance (L^T, W)", task="lm", source="final"),
     # a table's analyses of its trained cells (reproduce/runs/trained.py): greedy continuations of test prefixes
     _m("cont_uniq_mean", "Uniq per continuation", "higher", "lm", analysis="continuations"),
     _m("cont_uniq_total", "Uniq over continuations", "higher", "lm", analysis="continuations"),
-    _m("params", "Params (M)"),
-    _m("bleu", "SacreBLEU", "higher", "translation"),
-    _m("bleu_tok", "BLEU tokenized (13a, approx.)", "higher", "translation"),
+    _m("params", "Params (M)", source="record"),
+    _m("bleu", "SacreBLEU", "higher", "translation", source="final"),
+    _m("bleu_tok", "BLEU tokenized (13a, approx.)", "higher", "translation", source="final"),
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 assert len(METRICS) == len(_ALL), "a metric is registered twice"
@@ -171,6 +199,11 @@ def label(name: str) -> str:
 def recorded(task: str) -> tuple[str, ...]:
     """The metrics every run of ``task`` records besides a table's columns (``any``: all runs)."""
     return tuple(m.name for m in _ALL if m.recorded and m.task == task)
+
+
+def from_source(source: str) -> tuple[str, ...]:
+    """The registered metrics whose value comes from ``source`` (SOURCES)."""
+    return tuple(m.name for m in _ALL if m.source == source)
 
 
 def analysis_metrics() -> dict[str, tuple[str, ...]]:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from repdegen.analysis.figures import plot_validation_curves
 from repdegen.core.files import atomic_write_bytes, atomic_write_json
 from repdegen.core.provenance import command_line, hardware_summary
+from repdegen.reproduce.results.metrics import from_source
 from repdegen.reproduce.results.provenance import (
     cell_provenance,
     complete_hashes,
@@ -33,7 +34,7 @@ from repdegen.reproduce.runs.archive import (
 from repdegen.reproduce.runs.cells import Cell, seeds_at
 from repdegen.reproduce.runs.launch import _fmt_seconds
 from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger
-from repdegen.reproduce.runs.trained import ANALYSIS_METRICS, analysis_values
+from repdegen.reproduce.runs.trained import analysis_values
 
 SCALE_NOTES = {
     "paper": "the papers' hyperparameters",
@@ -215,7 +216,7 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
     reg = registration.load(registration.path_of(app.paths.tables_dir, t.name, scale))
     started = {r["config_hash"]: r.get("started") for r in records}
     analysed = {r["config_hash"]: r.get("_analysed") for r in records}
-    analysis_only = {m for names in ANALYSIS_METRICS.values() for m in names}
+    analysis_only = set(from_source("analysis"))
     seeds = seeds_at(t, scale)
     for v in verdicts:
         if shown_state(v) == NA:
