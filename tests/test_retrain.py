@@ -43,13 +43,13 @@ def test_session_two_starts_from_session_ones_best_weights(compose_cfg, tmp_path
     import repdegen.reproduce.engine.stages as stages
 
     seen = {}
-    real = stages.start_next_session
+    real = stages.Stages.start_next_session
 
     def spy(tr):
         real(tr)
         seen["start"] = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
 
-    monkeypatch.setattr(stages, "start_next_session", spy)
+    monkeypatch.setattr(stages.Stages, "start_next_session", spy)
     rec = train(compose_cfg(*RETRAIN))
     saved = torch.load(tmp_path / "out" / "runs" / rec["config_hash"] / "best_session1.pt", weights_only=False)
     model_state = saved["model"] if "model" in saved else saved

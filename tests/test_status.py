@@ -269,7 +269,7 @@ def test_the_listing_shows_a_paper_runs_target_beside_its_valid_ppl(tmp_path, ca
 def test_a_nan_validation_loss_is_never_a_new_best():
     """keep_if_best: a NaN validation NLL saves nothing (``NaN >= best`` is False, so a test of ``val >= best`` would
     keep it, and every later epoch would then beat a NaN best)."""
-    from repdegen.reproduce.engine.stages import keep_if_best
+    from repdegen.reproduce.engine.stages import Stages
 
-    assert keep_if_best(None, float("nan"), 5.0, "best.pt") is False
-    assert keep_if_best(None, 5.0, 5.0, "best.pt") is False
+    assert Stages.keep_if_best(None, float("nan"), 5.0, "best.pt") is False
+    assert Stages.keep_if_best(None, 5.0, 5.0, "best.pt") is False

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 from repdegen.reproduce.engine.checkpoint import RunState
-from repdegen.reproduce.engine.stages import train_objective_stops
+from repdegen.reproduce.engine.stages import Stages
 from repdegen.reproduce.errors import ConfigError
 from repdegen.reproduce.settings.config import config_hash, finalize
 from repdegen.reproduce.train import train
@@ -31,7 +31,7 @@ def test_counts_only_drops_of_at_least_min_delta_below_the_best_that_counted():
     # is the best that counted, 10, not the last epoch's 9.995); then three epochs within 0.1 % of 9.98 -> stop
     # on the third (more than 2 without an improvement)
     losses = [10.0, 9.995, 9.98, 9.975, 9.971, 9.972]
-    stops = [train_objective_stops(tr, x, e + 1) for e, x in enumerate(losses)]
+    stops = [Stages.train_objective_stops(tr, x, e + 1) for e, x in enumerate(losses)]
     assert stops == [False, False, False, False, False, True]
     assert tr.state.best_train_loss == 9.98
     assert tr.state.epochs_since_train_best == 3
@@ -40,10 +40,10 @@ def test_counts_only_drops_of_at_least_min_delta_below_the_best_that_counted():
 
 def test_nan_loss_is_no_improvement_and_valid_mode_counts_nothing():
     tr, _ = fake_trainer(patience=0, min_delta=0.0)
-    assert not train_objective_stops(tr, 5.0, 1)
-    assert train_objective_stops(tr, math.nan, 2)  # NaN < best is False: one epoch without, more than 0
+    assert not Stages.train_objective_stops(tr, 5.0, 1)
+    assert Stages.train_objective_stops(tr, math.nan, 2)  # NaN < best is False: one epoch without, more than 0
     tr, _ = fake_trainer(patience=0, min_delta=0.0, on="valid")
-    assert not train_objective_stops(tr, 5.0, 1) and not train_objective_stops(tr, 6.0, 2)
+    assert not Stages.train_objective_stops(tr, 5.0, 1) and not Stages.train_objective_stops(tr, 6.0, 2)
     assert tr.state.best_train_loss == math.inf  # untouched
 
 

@@ -52,7 +52,7 @@ class RunState:
     # group size: Yu Fig. 4): {name: [[update, value], ...]}
     trace: dict = field(default_factory=dict)
     # best weights kept this epoch, written under a pending name until the epoch's checkpoint is written: {name: the
-    # pending file} (stages.keep_if_best; Trainer.promote_pending). A run killed between the two resumes from the
+    # pending file} (Trainer.keep_if_best; Trainer.promote_pending). A run killed between the two resumes from the
     # previous checkpoint, whose state does not name the pending file: it is dropped, and best.pt stays the weights
     # of the epoch the state calls best (on a GPU the rerun epoch may not validate the same)
     pending_weights: dict = field(default_factory=dict)

@@ -33,7 +33,7 @@ from repdegen.reproduce.engine import distributed as dist
 from repdegen.reproduce.engine import optim
 from repdegen.reproduce.engine.checkpoint import RunState
 from repdegen.reproduce.engine.progress import progress_bar
-from repdegen.reproduce.engine.stages import INIT_EMBEDDING, run_stages
+from repdegen.reproduce.engine.stages import INIT_EMBEDDING, Stages
 from repdegen.reproduce.engine.tasks import geometry_trace_point, make_task
 from repdegen.reproduce.errors import Preempted, SimulatedInterrupt, TrainingDiverged
 
@@ -42,7 +42,7 @@ SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<eos>")
 TRACE_UPDATES = 1000
 
 
-class Trainer:
+class Trainer(Stages):
     def __init__(self, cfg, model, objective, corpus, run_dir: Path, device: torch.device, logger=None):
         self.cfg, self.t, self.o = cfg, cfg.trainer, cfg.optim
         self.model, self.objective, self.corpus, self.logger = model, objective, corpus, logger
@@ -363,4 +363,4 @@ class Trainer:
     def fit(self) -> dict:
         """Train (or continue) through the stages to the end (:mod:`repdegen.reproduce.engine.stages`); each stage's
         final metrics."""
-        return run_stages(self)
+        return self.run_stages()
