@@ -25,7 +25,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from repdegen.reproduce.engine.progress import progress_bar
 from repdegen.reproduce.errors import ConfigError, DataError, exit_on_user_error
 from repdegen.reproduce.runs.trained import load_weights_file, read_record, resolve_checkpoint
-from repdegen.reproduce.settings.config import CONF_DIR, GenerationConfig, register_all
+from repdegen.reproduce.settings.config import CONF_DIR, register_all
+from repdegen.reproduce.settings.schema import GenerationConfig
 
 register_all()
 

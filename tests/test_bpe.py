@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from repdegen.data.bpe import BOS, EOS, PAD, SPECIALS, UNK, BPETokenizer, train_bpe
 from repdegen.data.corpus import load_corpus
 from repdegen.reproduce.errors import ConfigError, DataError
-from repdegen.reproduce.settings.config import DatasetConfig
+from repdegen.reproduce.settings.schema import DatasetConfig
 
 SENTENCES = [
     "Ein kleines Mädchen läuft über die Straße.",

@@ -12,22 +12,24 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from repdegen.reproduce.errors import ConfigError
 from repdegen.reproduce.results.claims import (
-    CONSOLE_WIDTH,
     FAILS,
     HOLDS,
     TIE,
     UNDECIDED,
     Claim,
     ClaimCheck,
+    evaluate_claims,
+    table_metrics,
+    validate_claims,
+)
+from repdegen.reproduce.results.claims_text import (
+    CONSOLE_WIDTH,
     claims_console,
     claims_csv,
     claims_markdown,
-    evaluate_claims,
     shown_state,
     summary_line,
-    table_metrics,
     tally,
-    validate_claims,
     verdict_record,
 )
 from repdegen.reproduce.runs.cells import TableConfig, expand_cells, scale_names

@@ -15,7 +15,7 @@ from repdegen.data.batching import batchify, bptt_segments, get_batch, variable_
 from repdegen.data.bpe import EOS
 from repdegen.data.corpus import load_corpus
 from repdegen.reproduce.errors import DataError
-from repdegen.reproduce.settings.config import DatasetConfig
+from repdegen.reproduce.settings.schema import DatasetConfig
 
 from tests.conftest import REAL_DATA, requires_real_data, write_tiny_corpus
 

@@ -23,7 +23,7 @@ from repdegen.models.generation import (
 )
 from repdegen.models.lstm_lm import LSTMLMConfig
 from repdegen.reproduce.errors import ConfigError
-from repdegen.reproduce.settings.config import GenerationConfig
+from repdegen.reproduce.settings.schema import GenerationConfig
 from torch import nn
 
 PAD, EOS = 0, 1

@@ -23,7 +23,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from repdegen.reproduce.engine.trainer import Trainer
 from repdegen.reproduce.errors import ConfigError
-from repdegen.reproduce.settings.config import CONF_DIR, GenerationConfig, compose_config, finalize
+from repdegen.reproduce.settings.config import CONF_DIR, compose_config, finalize
+from repdegen.reproduce.settings.schema import GenerationConfig
 from repdegen.reproduce.train import load_any_corpus, train
 from torch.nn import functional as F
 

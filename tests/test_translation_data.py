@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from repdegen.data.bpe import EOS, PAD
 from repdegen.data.translation import ParallelSplit, collate, load_parallel_corpus, token_batches
 from repdegen.reproduce.errors import DataError
-from repdegen.reproduce.settings.config import DatasetConfig
+from repdegen.reproduce.settings.schema import DatasetConfig
 
 from tests.conftest import REAL_DATA, requires_real_data
 

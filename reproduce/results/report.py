@@ -412,7 +412,7 @@ def _verdicts(results_dir: Path, table: str, scale: str) -> dict[str, dict] | No
     def error(why: str) -> CorruptFile:
         return BadFile(path, "rendered table's claims.json", why, "the JSON object repdegen.reproduce.runs.tables writes", fix)
 
-    shown = (*VERDICT_KEYS[:-1], "n/a")  # what a verdict is shown as (repdegen.reproduce.results.claims.shown_state)
+    shown = (*VERDICT_KEYS[:-1], "n/a")  # what a verdict is shown as (repdegen.reproduce.results.claims_text.shown_state)
     for i, c in enumerate(claims):
         check_keys(c, {"shown": str, "mark": str}, error, {"state": str}, where=f"claims[{i}].")
         if c["shown"] not in shown:

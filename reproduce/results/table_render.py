@@ -209,7 +209,8 @@ def judge_registration(app: DictConfig, verdicts: list, rows: list[RenderedRow],
     """Mark each verdict that is not a pre-registered one (``Verdict.registration``, rendered ⚠): its claim's
     definition or a cell it read was registered after the cell started, or a cell it waits for replaces a
     registered cell that ran with another config (reproduce/runs/registration.py)."""
-    from repdegen.reproduce.results.claims import NA, UNDECIDED, resolve_row, shown_state
+    from repdegen.reproduce.results.claims import UNDECIDED, resolve_row
+    from repdegen.reproduce.results.claims_text import NA, shown_state
     from repdegen.reproduce.runs import registration
 
     t, scale = app.table, app.scale.name
@@ -258,12 +259,12 @@ def paper_valid_lines(rows, records: list[dict], scale: str) -> dict[tuple[str |
 
 
 def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None) -> Path:
-    from repdegen.reproduce.results.claims import (
+    from repdegen.reproduce.results.claims import evaluate_claims
+    from repdegen.reproduce.results.claims_text import (
         claims_console,
         claims_csv,
         claims_latex,
         claims_markdown,
-        evaluate_claims,
         summary_line,
         verdict_record,
     )

@@ -18,8 +18,9 @@ from repdegen.reproduce.errors import (
 )
 from repdegen.reproduce.results.claims import Claim, validate_claims
 from repdegen.reproduce.runs.launch import LaunchConfig
-from repdegen.reproduce.settings.config import CONF_DIR, PathsConfig, ScaleConfig, register_all
+from repdegen.reproduce.settings.config import CONF_DIR, register_all
 from repdegen.reproduce.settings.resolve import compose, resolve
+from repdegen.reproduce.settings.schema import PathsConfig, ScaleConfig
 
 
 @dataclass

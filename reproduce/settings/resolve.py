@@ -24,13 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from repdegen.core.errors import CorruptFile
 from repdegen.reproduce.settings.config import (
     CONF_DIR,
-    Config,
     compose_with_choices,
     config_hash,
     experiment_scale,
     finalize,
     register_all,
 )
+from repdegen.reproduce.settings.schema import Config
 
 
 @dataclass(frozen=True)
