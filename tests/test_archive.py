@@ -165,7 +165,7 @@ def test_status_lists_a_restored_run_with_where_it_came_from(tmp_path):
 
 
 def test_the_report_shows_the_figures_kept_from_before_a_recovery(tmp_path):
-    from repdegen.reproduce.results.report import kept_figures
+    from repdegen.reproduce.results.report_inputs import kept_figures
 
     out = tmp_path / "tables" / "t1" / "paper"
     kept = out / "records" / "figures-abc123"

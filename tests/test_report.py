@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from repdegen.reproduce.results import report
+from repdegen.reproduce.results import report, report_inputs
 from repdegen.reproduce.results.render import _delta, _fmt
 from repdegen.reproduce.runs.ledger import Ledger
 from repdegen.reproduce.settings.config import CONF_DIR
@@ -82,8 +82,8 @@ def _links(text: str) -> list[str]:
 def _anchors(text: str) -> set[str]:
     """The anchors GitHub makes for a page's headings (a repeated slug gets -1, -2, ...)."""
     slugs, seen = set(), {}
-    for _, _, title in report._headings(text.splitlines()):
-        s = report.slug(title)
+    for _, _, title in report_inputs._headings(text.splitlines()):
+        s = report_inputs.slug(title)
         slugs.add(s if s not in seen else f"{s}-{seen[s]}")
         seen[s] = seen.get(s, 0) + 1
     return slugs
@@ -261,12 +261,12 @@ def test_a_render_and_report_of_unchanged_results_change_no_file(tiny_results, m
 
 
 def test_slug_and_demote():
-    assert report.slug("Inan & Khosravi (2016), Improved learning") == "inan--khosravi-2016-improved-learning"
-    assert report.slug("`inan2016_t1` at scale `smoke`") == "inan2016_t1-at-scale-smoke"
-    assert report.slug("Per-group PPL and I(W) (Yu et al. 2022, Table 2)") == "per-group-ppl-and-iw-yu-et-al-2022-table-2"
-    assert report.demote("# A\n\n## B\n```\n# code\n```", 3) == "### A\n\n#### B\n```\n# code\n```"
+    assert report_inputs.slug("Inan & Khosravi (2016), Improved learning") == "inan--khosravi-2016-improved-learning"
+    assert report_inputs.slug("`inan2016_t1` at scale `smoke`") == "inan2016_t1-at-scale-smoke"
+    assert report_inputs.slug("Per-group PPL and I(W) (Yu et al. 2022, Table 2)") == "per-group-ppl-and-iw-yu-et-al-2022-table-2"
+    assert report_inputs.demote("# A\n\n## B\n```\n# code\n```", 3) == "### A\n\n#### B\n```\n# code\n```"
     md = "## T\n\nSource: S.\nScale: x. Wall time of the cells: 1m. Generated 2026-01-02T03:04:05.\n\n| a |"
-    assert report.table_md_body(md) == "Source: S.\nScale: x. Wall time of the cells: 1m.\n\n| a |"
+    assert report_inputs.table_md_body(md) == "Source: S.\nScale: x. Wall time of the cells: 1m.\n\n| a |"
 
 
 def test_the_project_readme_gets_the_claims_headline(tmp_path):
@@ -317,7 +317,7 @@ def test_a_v1_rendering_shows_no_verdict_and_a_claim_na_at_a_scale_is_counted_th
     """claims.json of the v1 rule (no tie margin: its records lack "shown") gives no verdict in the status table;
     a claim marked na at lite is not one of lite's decidable claims."""
     from omegaconf import OmegaConf
-    from repdegen.reproduce.results.report import _verdicts, claim_scales
+    from repdegen.reproduce.results.report_inputs import _verdicts, claim_scales
 
     out = tmp_path / "tables" / "t" / "lite"
     out.mkdir(parents=True)
@@ -342,7 +342,7 @@ def test_an_orphan_rendering_is_titled_from_its_cells_json_not_its_markdown(tmp_
         (out / "table.md").write_text("## A Markdown heading the report must not read\n")
         if meta is not None:
             (out / "cells.json").write_text(json.dumps({"cells": [], "meta": meta}))
-    found = {t.name: (t.title, t.source) for t in report.orphan_tables(tmp_path, [])}
+    found = {t.name: (t.title, t.source) for t in report_inputs.orphan_tables(tmp_path, [])}
     assert found["gone_t1"] == ("From the record (its config is no longer in conf/table)", "Someone (2020), Table 1")
     assert found["gone_t2"] == ("gone_t2 (its config is no longer in conf/table)", "gone")
 
@@ -434,7 +434,7 @@ def test_the_front_page_lists_the_finished_paper_rows_with_their_delta(tmp_path)
     """A paper rendering's complete rows go on results/README.md with paper vs ours and Δ % (hand-worked), and the
     cell's provenance; a row not run is not listed; a table with no paper rendering adds no section."""
     results = _good_results(tmp_path)
-    assert "Rows at `paper`" not in report.build_pages(results, report.load_tables(), "now")["README.md"]
+    assert "Rows at `paper`" not in report.build_pages(results, report_inputs.load_tables(), "now")["README.md"]
     out = results / "tables" / "inan2017_t1" / "paper"
     out.mkdir(parents=True)
     (out / "table.md").write_text("## Inan 2017\n")
@@ -444,7 +444,7 @@ def test_the_front_page_lists_the_finished_paper_rows_with_their_delta(tmp_path)
     (out / "cells.json").write_text(json.dumps({"cells": [
         {"status": "complete", "config_hash": "h1", "label": "VD-LSTM",
          "provenance": {"epochs": [52], "wall_time": "10m27s", "hardware": "GPU X", "commit": "abc"}}]}))
-    page = report.build_pages(results, report.load_tables(), "now")["README.md"]
+    page = report.build_pages(results, report_inputs.load_tables(), "now")["README.md"]
     # (84.05 - 82) / 82 = +2.50 %; (76.923 - 77.7) / 77.7 = -1.00 %
     assert ("| inan2017_t1 | Medium / VD-LSTM | test_ppl 77.7 vs 76.92 (-1.00%); valid_ppl 82.0 vs 84.05 (+2.50%) | "
             "52 | 10m27s | GPU X | abc |") in page
