@@ -315,7 +315,8 @@ def test_a_rendering_is_never_replaced_by_a_less_complete_one(tmp_path, tiny_dat
 
 
 def test_a_cell_trained_elsewhere_is_waited_for_not_failed(trained, tmp_path, capsys):
-    from repdegen.reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, write_cell_config
+    from repdegen.reproduce.runs.cell_progress import Job
+    from repdegen.reproduce.runs.launch import LaunchConfig, LocalScheduler, write_cell_config
     from repdegen.reproduce.runs.ledger import Ledger
 
     out, cfg, run_dir = trained

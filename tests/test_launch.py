@@ -16,9 +16,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from repdegen.reproduce.errors import EXIT_OK, EXIT_USER_ERROR, CorruptFile
+from repdegen.reproduce.runs.cell_progress import Job
 from repdegen.reproduce.runs.cells import expand_cells, parse_table_names
-from repdegen.reproduce.runs.launch import Job, LaunchConfig, LocalScheduler, SubmititScheduler
+from repdegen.reproduce.runs.launch import LaunchConfig, LocalScheduler
 from repdegen.reproduce.runs.ledger import Ledger, RunLocked
+from repdegen.reproduce.runs.slurm import SubmititScheduler
 from repdegen.reproduce.runs.tables import run_table, run_tables
 from repdegen.reproduce.settings.config import CONF_DIR, compose_config
 
@@ -388,7 +390,7 @@ def test_the_ddp_example_preset_is_the_agg_cell_of_the_yu_tables(tmp_path):
 def test_epoch_progress_line_of_a_running_cell():
     """Hand-worked: 2 of 10 epochs done in session 1 of 2, an epoch = 100 s training + 20 s validation, so at most
     (10 - 2) + 10 epochs x 120 s = 36 min left."""
-    from repdegen.reproduce.runs.launch import epoch_progress
+    from repdegen.reproduce.runs.cell_progress import epoch_progress
 
     record = {"config": {"trainer": {"max_epochs": 10, "retrain_sessions": 1, "early_stopping": 5}},
               "history": [{"stage": "train", "epoch": e, "session": 1, "valid_ppl": p, "epoch_seconds": 100.0,
@@ -416,7 +418,7 @@ def test_epoch_progress_line_of_a_running_cell():
 def test_a_failed_cell_shows_its_own_error_line_on_the_console(tmp_path, capsys):
     """A cell that ends with a user error (e.g. a missing corpus) prints one ``repdegen: error:`` line into its log;
     the table's console line for the failure carries that line (the last one), not only the log's path."""
-    from repdegen.reproduce.runs.launch import Job, Progress, last_error_line
+    from repdegen.reproduce.runs.cell_progress import Job, Progress, last_error_line
 
     log = tmp_path / "train.log"
     log.write_text("repdegen: vd_lstm_small ...\nrepdegen: error: an earlier line\n"
@@ -432,7 +434,7 @@ def test_a_failed_cell_shows_its_own_error_line_on_the_console(tmp_path, capsys)
 def test_the_tables_eta_ignores_cells_that_ended_at_once(tmp_path):
     """Hand-worked: one cell completed in 600 s, one failed after 1 s (a bad setting), two wait, one slot: the ETA is
     2 x 600 s = 20m00s (with the failure in the mean it would be 2 x 300.5 s = 10m01s)."""
-    from repdegen.reproduce.runs.launch import Job, Progress
+    from repdegen.reproduce.runs.cell_progress import Job, Progress
 
     def job(name, status, seconds=None):
         j = Job(name, name, tmp_path / f"{name}.yaml", tmp_path / f"{name}.log", status=status)

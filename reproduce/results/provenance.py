@@ -9,8 +9,8 @@ from pathlib import Path
 from repdegen.core.errors import CorruptFile
 from repdegen.core.loaders import load_cells_json
 from repdegen.core.provenance import git_commit, hardware_summary, only_results_changed
-from repdegen.reproduce.runs.launch import _fmt_seconds
 from repdegen.reproduce.runs.ledger import STATUS_COMPLETE
+from repdegen.reproduce.runs.status import _fmt_seconds
 
 
 def records_git(records: list[dict]) -> dict:

@@ -32,8 +32,8 @@ from repdegen.reproduce.runs.archive import (
     archived_records,
 )
 from repdegen.reproduce.runs.cells import Cell, seeds_at
-from repdegen.reproduce.runs.launch import _fmt_seconds
 from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger
+from repdegen.reproduce.runs.status import _fmt_seconds
 from repdegen.reproduce.runs.trained import analysis_values
 
 SCALE_NOTES = {

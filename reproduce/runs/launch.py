@@ -23,7 +23,7 @@ GPUs, ``launch.parallel`` cells (default 1) run at a time on the CPU. Ctrl-C sto
 writes a checkpoint at its next update, see ``repdegen.reproduce.engine.trainer``) and the same command later
 continues where they were.
 
-SLURM (:class:`SubmititScheduler`): one submitit job per cell, ``tasks_per_node`` = the cell's GPUs;
+SLURM (:class:`repdegen.reproduce.runs.slurm.SubmititScheduler`): one submitit job per cell, ``tasks_per_node`` = the cell's GPUs;
 the cluster parameters come from Hydra's submitit launcher config (``hydra/launcher=submitit_slurm``
 and its ``hydra.launcher.*`` keys), so they are set the way every Hydra user sets them. A job that
 reaches its time limit gets SIGUSR1, checkpoints and requeues itself (``repdegen.reproduce.engine.distributed``).
@@ -38,16 +38,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from repdegen.core.loaders import load_run_record
-from repdegen.reproduce.engine.progress import is_terminal
-from repdegen.reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR, CorruptFile
+from repdegen.reproduce.errors import EXIT_ELSEWHERE, EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_USER_ERROR
+from repdegen.reproduce.runs.cell_progress import Job, Progress
 from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger
-from repdegen.reproduce.runs.status import _fmt_seconds, epoch_facts, progress_left, progress_where
 from tqdm import tqdm
 
 # what each exit status of `python -m repdegen.reproduce.runs.launch <cell.yaml>` means for its cell (repdegen.reproduce.errors)
@@ -80,23 +78,6 @@ class LaunchConfig:
     poll_seconds: float = 5.0
     # seconds a stopped cell gets to write its checkpoint after SIGTERM before it is killed
     grace_seconds: float = 120.0
-
-
-@dataclass
-class Job:
-    """One cell to run: its config file, log and wanted GPUs."""
-
-    config_hash: str
-    label: str
-    cfg_path: Path
-    log_path: Path
-    gpus: int = 1
-    tables: list[str] = field(default_factory=list)
-    status: str = "waiting"  # waiting | running | complete | failed | interrupted | elsewhere
-    holder: str | None = None  # elsewhere: the process that holds the run's lock
-    returncode: int | None = None
-    started: float | None = None
-    finished: float | None = None
 
 
 def write_cell_config(cfg: DictConfig, config_hash: str, runs_dir: str | Path) -> Path:
@@ -136,94 +117,6 @@ def take_distinct(free: list[int], need: int) -> tuple[list[int], list[int]]:
     for g in ids:
         rest.remove(g)
     return ids, rest
-
-
-def epoch_progress(record: dict) -> str | None:
-    """One line on a running cell from its ``result.json`` (rewritten after every epoch): the epoch it finished, of
-    how many, its validation PPL, the time an epoch takes and the time left at most (every epoch up to
-    ``trainer.max_epochs`` in every training session, then finetuning's; early stopping may end it sooner). None
-    before the first epoch."""
-    f = epoch_facts(record)
-    if f is None:
-        return None
-    valid = f", valid PPL {f['valid_ppl']:.2f}" if f["valid_ppl"] is not None else ""
-    return f"{progress_where(f, ' of session ')}{valid} | {_fmt_seconds(f['epoch_seconds'])} an epoch | {progress_left(f)}"
-
-
-class Progress:
-    """Cells done / running / failed with an ETA: a tqdm bar on a terminal, plus one line per event
-    (start, finish, failure with its log path) that a log file keeps."""
-
-    def __init__(self, jobs: list[Job], slots: int, enabled: bool = True):
-        self.jobs, self.slots = jobs, max(1, slots)
-        self.start = time.time()
-        self.seen: dict[str, int] = {}  # config hash -> mtime of the result.json last reported (watch)
-        # the bar on a terminal only: in a log the event lines below say it all, without redraws
-        self.bar = tqdm(total=len(jobs), desc="cells", unit="cell", disable=not enabled or not jobs or not is_terminal(),
-                        dynamic_ncols=True, leave=True)
-
-    def eta(self) -> str:
-        # cells that trained to the end here: a quick exit (a bad setting, a stop, a cell trained elsewhere) says
-        # nothing of how long the others take
-        done = [j for j in self.jobs if j.status == "complete" and j.finished is not None and j.started is not None]
-        if not done:
-            return "?"
-        mean = sum(j.finished - j.started for j in done) / len(done)
-        waiting = sum(1 for j in self.jobs if j.status == "waiting")
-        running = [j for j in self.jobs if j.status == "running"]
-        left_running = sum(max(mean - (time.time() - j.started), 0.0) for j in running)
-        return _fmt_seconds((waiting * mean + left_running) / self.slots)
-
-    def counts(self) -> dict[str, int]:
-        out = {"complete": 0, "running": 0, "failed": 0, "waiting": 0, "interrupted": 0, "elsewhere": 0}
-        for j in self.jobs:
-            out[j.status] = out.get(j.status, 0) + 1
-        return out
-
-    def refresh(self) -> None:
-        c = self.counts()
-        elsewhere = f" | elsewhere {c['elsewhere']}" if c["elsewhere"] else ""
-        self.bar.set_postfix_str(f"done {c['complete']} | running {c['running']} | failed {c['failed']}{elsewhere} | "
-                                 f"ETA {self.eta()}")
-
-    def event(self, job: Job, what: str) -> None:
-        c = self.counts()
-        elsewhere = f", {c['elsewhere']} running elsewhere" if c["elsewhere"] else ""
-        line = (f"repdegen: [{c['complete'] + c['failed']}/{len(self.jobs)} done, {c['running']} running{elsewhere}] "
-                f"{what}: {job.label} [{job.config_hash}]")
-        if job.status == "failed":
-            line += f" -- log: {job.log_path}"
-            reason = last_error_line(job.log_path)
-            if reason:  # the cell's own one-line error (a user error: a missing corpus, a bad value) on the console
-                line += f"\n    {reason}"
-        elif job.status == "elsewhere":
-            line += f" -- by {job.holder or 'another process'}"
-        tqdm.write(line, file=sys.stdout)
-        sys.stdout.flush()
-        if job.status in ("complete", "failed"):
-            self.bar.update(1)
-        self.refresh()
-
-    def watch(self, job: Job) -> None:
-        """A line when a running cell finishes an epoch (its result.json changed): epoch, valid PPL, ETA."""
-        path = Path(job.cfg_path).parent / "result.json"
-        try:
-            stamp = path.stat().st_mtime_ns
-        except OSError:
-            return
-        if self.seen.get(job.config_hash) == stamp:
-            return
-        self.seen[job.config_hash] = stamp
-        try:
-            line = epoch_progress(load_run_record(path))
-        except (OSError, CorruptFile, ValueError, KeyError, TypeError):  # not a record yet: next time
-            return
-        if line:
-            tqdm.write(f"repdegen:   {job.label} [{job.config_hash}]: {line}", file=sys.stdout)
-            sys.stdout.flush()
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def cell_command(job: Job, gpu_ids: list[int], ddp: bool) -> list[str]:
@@ -424,107 +317,6 @@ class InlineScheduler:
 
 
 # ---- SLURM through submitit ---------------------------------------------------------------------------
-SUBMITIT_KEYS = {  # Hydra submitit launcher field -> submitit slurm_* parameter
-    "partition": "slurm_partition", "qos": "slurm_qos", "comment": "slurm_comment", "constraint": "slurm_constraint",
-    "exclude": "slurm_exclude", "account": "slurm_account", "gres": "slurm_gres", "mem_per_gpu": "slurm_mem_per_gpu",
-    "mem_per_cpu": "slurm_mem_per_cpu", "max_num_timeout": "slurm_max_num_timeout",
-    "additional_parameters": "slurm_additional_parameters", "array_parallelism": "slurm_array_parallelism",
-    "setup": "slurm_setup", "srun_args": "slurm_srun_args", "signal_delay_s": "slurm_signal_delay_s",
-}
-SUBMITIT_COMMON = ("timeout_min", "cpus_per_task", "mem_gb", "nodes", "name", "stderr_to_stdout")
-
-
-def hydra_launcher_params() -> dict | None:
-    """The ``hydra.launcher`` config when it is a submitit launcher, else None."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        launcher = HydraConfig.get().launcher
-    except (ValueError, ImportError):
-        return None
-    target = str(launcher.get("_target_", ""))
-    if "submitit" not in target.lower():
-        return None
-    params = OmegaConf.to_container(launcher, resolve=True)
-    params["_cluster"] = "local" if "LocalLauncher" in target else "slurm"
-    return params
-
-
-class CellJobFunction:
-    """The picklable callable submitit runs on each task of a cell's job. Requeue on timeout is done
-    by the trainer's own SIGUSR1 handler (checkpoint, then ``scontrol requeue``), which replaces
-    submitit's; the requeued job runs this again and resumes from the checkpoint."""
-
-    def __init__(self, cfg_path: str):
-        self.cfg_path = cfg_path
-
-    def __call__(self) -> int:
-        code = run_cell(Path(self.cfg_path))
-        if code not in (EXIT_OK, EXIT_PREEMPTED, EXIT_ELSEWHERE):
-            raise RuntimeError(f"cell {self.cfg_path} ended with exit status {code} ({EXIT_NAMES.get(code, 'failed')}); "
-                               f"see this job's log")
-        return code
-
-
-class SubmititScheduler:
-    """One submitit job per cell (``tasks_per_node`` = the cell's GPUs on one node; a cell with more
-    GPUs than ``gpus_per_node`` spans ``ceil(gpus / gpus_per_node)`` nodes)."""
-
-    def __init__(self, jobs: list[Job], launch, params: dict, folder: Path, progress: bool = True):
-        self.jobs, self.launch, self.params, self.folder = jobs, launch, dict(params), Path(folder)
-        self.progress_enabled = progress
-
-    def executor(self, job: Job):
-        import submitit
-
-        p = self.params
-        cluster = p.get("_cluster", "slurm")
-        ex = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster=None if cluster == "slurm" else cluster)
-        per_node = int(p.get("gpus_per_node") or max(job.gpus, 1))
-        nodes = max(1, -(-job.gpus // per_node))
-        tasks = min(job.gpus, per_node) if job.gpus > 0 else 1
-        kwargs: dict[str, Any] = {k: p[k] for k in SUBMITIT_COMMON if p.get(k) is not None}
-        kwargs.update(nodes=nodes, tasks_per_node=tasks, name=f"repdegen-{job.config_hash}")
-        if cluster == "slurm":
-            kwargs["gpus_per_node"] = tasks
-            kwargs.update({v: p[k] for k, v in SUBMITIT_KEYS.items() if p.get(k) not in (None, {}, [])})
-        ex.update_parameters(**kwargs)
-        return ex
-
-    def run(self) -> dict[str, str]:
-        progress = Progress(self.jobs, len(self.jobs), self.progress_enabled)
-        submitted = {}
-        try:
-            for job in self.jobs:
-                sjob = self.executor(job).submit(CellJobFunction(str(job.cfg_path)))
-                job.status, job.started = "running", time.time()
-                submitted[job.config_hash] = sjob
-                progress.event(job, f"submitted as job {sjob.job_id}")
-                job.log_path = Path(str(sjob.paths.stdout))
-            if not self.launch.wait:
-                tqdm.write(f"repdegen: {len(submitted)} job(s) submitted; rerun the same command when they are done "
-                           f"to render the tables (finished cells are not run again)")
-                return {j.config_hash: j.status for j in self.jobs}
-            while any(j.status == "running" for j in self.jobs):
-                time.sleep(float(self.launch.poll_seconds))
-                for job in self.jobs:
-                    sjob = submitted[job.config_hash]
-                    if job.status != "running" or not sjob.done():
-                        continue
-                    try:
-                        code = sjob.result()
-                    except Exception as err:  # noqa: BLE001 - the job's own error, reported with its log
-                        code = EXIT_FAILED
-                        tqdm.write(f"repdegen: job {sjob.job_id} failed: {str(err).strip().splitlines()[-1]}")
-                    LocalScheduler._finish(job, code)
-                    progress.event(job, EXIT_NAMES.get(code, "failed"))
-                progress.refresh()
-        finally:
-            progress.close()
-        return {j.config_hash: j.status for j in self.jobs}
-
-
-# ---- one cell in one process -----------------------------------------------------------------------
 def run_cell(cfg_path: Path) -> int:
     """Train the cell of ``cfg_path`` (resuming it); the exit status says how it ended."""
     import traceback
@@ -563,37 +355,7 @@ def run_cell(cfg_path: Path) -> int:
     return EXIT_FAILED
 
 
-def make_scheduler(jobs: list[Job], launch, output_dir: Path, progress: bool = True):
-    backend = launch.backend
-    params = hydra_launcher_params()
-    if backend == "auto":
-        backend = "slurm" if params is not None else "local"
-    if backend == "local":
-        return LocalScheduler(jobs, launch, progress)
-    if backend == "inline":
-        return InlineScheduler(jobs, launch, progress)
-    if backend == "slurm":
-        if params is None:
-            params = {"_cluster": "slurm"}
-        return SubmititScheduler(jobs, launch, params, Path(output_dir) / "submitit", progress)
-    from repdegen.reproduce.errors import ConfigError
-
-    raise ConfigError(f"launch.backend={backend!r} is not one of {', '.join(BACKENDS)}; set launch.backend=local")
-
-
 BACKENDS = ("auto", "local", "slurm", "inline")
-
-
-def last_error_line(log_path: Path, tail_bytes: int = 65536) -> str | None:
-    """The last ``repdegen: error:`` line of a cell's log (None: none, or no log)."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("repdegen: error:")]
-    return lines[-1] if lines else None
 
 
 def validate_launch(launch) -> None:

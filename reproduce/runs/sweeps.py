@@ -415,7 +415,7 @@ def _one_line(text: str | None) -> str:
 
 def _meta(agg: Aggregate) -> dict:
     from repdegen.core.provenance import hardware_summary, uncommitted_note
-    from repdegen.reproduce.runs.launch import _fmt_seconds
+    from repdegen.reproduce.runs.status import _fmt_seconds
 
     complete = [j for j in agg.jobs if j.record is not None and j.status == "complete" and j.superseded_by is None]
     labels = sorted({j.record.get("label", "?") for j in complete})

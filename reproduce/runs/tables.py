@@ -37,8 +37,10 @@ from repdegen.reproduce.runs.archive import (
     restored_from,
 )
 from repdegen.reproduce.runs.cells import Cell, expand_cells, seeds_at, selected_cells
-from repdegen.reproduce.runs.launch import LaunchConfig, _fmt_seconds, jobs_for, make_scheduler, validate_launch
+from repdegen.reproduce.runs.launch import LaunchConfig, jobs_for, validate_launch
 from repdegen.reproduce.runs.ledger import STATUS_COMPLETE, Ledger
+from repdegen.reproduce.runs.slurm import make_scheduler
+from repdegen.reproduce.runs.status import _fmt_seconds
 from repdegen.reproduce.runs.trained import analysis_values, run_analyses
 
 
