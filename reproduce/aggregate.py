@@ -1,12 +1,50 @@
 """``repdegen aggregate <sweep dir>... [--out DIR] [--metrics a,b]``: aggregate a sweep (a Hydra
-multirun) into a table and one plot per metric. The work is :mod:`repdegen.reproduce.runs.sweeps`; ``--help`` is its
-argument parser's, with the examples below."""
+multirun) into a table and one plot per metric. This module reads the command line; the work is
+:mod:`repdegen.reproduce.runs.sweeps` (the jobs, grouped) and :mod:`repdegen.reproduce.results.sweep_render` (the
+files); ``--help`` is its argument parser's, with the examples below."""
 
+from __future__ import annotations
+
+import argparse
 import contextlib
 import io
 import sys
+from collections.abc import Sequence
 
-from repdegen.reproduce.runs.sweeps import main, parse_args
+from repdegen.core.files import output_problem
+from repdegen.reproduce.errors import exit_on_user_error
+from repdegen.reproduce.results.sweep_render import run
+from repdegen.reproduce.runs.sweeps import DEFAULT_METRICS, DEFAULT_REPLICATES, OPTIONAL_METRICS
+
+
+def _comma_list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="repdegen aggregate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="Hydra multirun folder(s) (hydra.sweep.dir)")
+    p.add_argument("--out", help="where to write aggregate.* and the figures (default: the first DIR)")
+    p.add_argument("--metrics", type=_comma_list, default=None,
+                   help=f"comma-separated metrics of result.json's metrics.<stage> (default: {', '.join(DEFAULT_METRICS)}, "
+                        f"plus {', '.join(OPTIONAL_METRICS)} where present)")
+    p.add_argument("--stage", default="final", help="which stage's metrics: final (default), finetune, cache...")
+    p.add_argument("--replicate", type=_comma_list, default=list(DEFAULT_REPLICATES),
+                   help="comma-separated keys that are replicates, not swept values (default: seed)")
+    p.add_argument("--runs-dir", help="the ledger folder to read runs from, when it moved since the sweep")
+    args = p.parse_args(argv)
+    problem = output_problem(args.out, "--out", folder=True) if args.out else None
+    if problem:
+        p.error(problem)
+    return args
+
+
+@exit_on_user_error
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    run(args.dirs, args.out, args.metrics, args.stage, args.replicate, args.runs_dir)
+
 
 EPILOG = """\
 It writes aggregate.md, aggregate.csv, aggregate.json and aggregate_<metric>.png (mean and sd over seeds per swept

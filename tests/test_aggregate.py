@@ -16,15 +16,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 from repdegen.analysis.sweep_figures import use_log_x
-from repdegen.reproduce.runs.sweeps import (
-    AggregateCallback,
-    AggregateError,
-    aggregate,
-    main,
-    parse_overrides,
-    swept_keys,
-)
-from repdegen.reproduce.runs.sweeps import run as run_aggregate
+from repdegen.reproduce.aggregate import main
+from repdegen.reproduce.results.sweep_render import AggregateCallback
+from repdegen.reproduce.results.sweep_render import run as run_aggregate
+from repdegen.reproduce.runs.sweeps import AggregateError, aggregate, parse_overrides, swept_keys
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LSTM = ("experiment=inan2017/small", "scale=smoke", "trainer.progress=false")
@@ -226,4 +221,4 @@ def test_sweep_presets_compose_with_their_grid_and_the_callback(preset, key, obj
         cfg = compose("config", overrides=[f"+sweep={preset}", "scale=smoke"], return_hydra_config=True)
     assert cfg.objective.name == objective and cfg.hydra.runtime.choices.experiment == experiment
     assert set(cfg.hydra.sweeper.params) == {key, "seed"} and len(str(cfg.hydra.sweeper.params[key]).split(",")) >= 4
-    assert cfg.hydra.callbacks.aggregate._target_ == "repdegen.reproduce.runs.sweeps.AggregateCallback"
+    assert cfg.hydra.callbacks.aggregate._target_ == "repdegen.reproduce.results.sweep_render.AggregateCallback"

@@ -40,7 +40,8 @@ def test_a_folder_nobody_can_write_in(tmp_path, monkeypatch):
 
 
 def test_the_entry_points_refuse_before_working(tmp_path, capsys):
-    from repdegen.reproduce.runs import status, sweeps
+    from repdegen.reproduce import aggregate
+    from repdegen.reproduce.runs import status
 
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
@@ -49,5 +50,5 @@ def test_the_entry_points_refuse_before_working(tmp_path, capsys):
         status.main(["--runs-dir", str(tmp_path / "runs"), "--plot", str(blocker / "c.png")])
     assert stop.value.code == 2 and f"{blocker} is a file, not a folder" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
-        sweeps.parse_args([str(tmp_path), "--out", str(blocker)])
+        aggregate.parse_args([str(tmp_path), "--out", str(blocker)])
     assert stop.value.code == 2 and f"--out {blocker} is a file; expected a folder" in capsys.readouterr().err
