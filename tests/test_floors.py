@@ -81,3 +81,11 @@ def test_the_graph_reader_sees_a_cycle_and_a_wrong_floor(tmp_path):
     (tmp_path / "models" / "b.py").write_text("from repdegen.models import a\n")
     graph = import_graph(tmp_path)
     assert graph["core"] == {"reproduce.x"} and graph["models.a"] == {"models.b"} and graph["models.b"] == {"models.a"}
+
+
+def test_no_product_module_is_over_500_lines():
+    """A module that grows past 500 lines holds more than one role: split it by role (as runs/cells, runs/tables and
+    results/table_render are one table pipeline)."""
+    long = {str(p.relative_to(REPO)): n for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long
