@@ -16,13 +16,15 @@ from repdegen.reproduce.errors import exit_on_user_error
 from repdegen.reproduce.results.sweep_render import run
 from repdegen.reproduce.runs.sweeps import DEFAULT_METRICS, DEFAULT_REPLICATES, OPTIONAL_METRICS
 
+DESCRIPTION = "Aggregate a Hydra multirun (a sweep) into a table and one plot per metric."
+
 
 def _comma_list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="repdegen aggregate", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="repdegen aggregate", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="Hydra multirun folder(s) (hydra.sweep.dir)")
     p.add_argument("--out", help="where to write aggregate.* and the figures (default: the first DIR)")
