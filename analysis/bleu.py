@@ -41,6 +41,17 @@ TOKENIZED_DESCRIPTION = (
 PLAIN_TOKENIZED_DESCRIPTION = "tokenized case-sensitive BLEU (13a tokenization approximating Moses, multi-bleu: no smoothing)"
 
 
+# the output languages the compound split is the convention for: German (tensor2tensor's get_ende_bleu.sh and
+# fairseq's compound_split_bleu.sh are En->De scripts; Gao et al. 2019 report "tokenized case-sensitive BLEU" for
+# De->En too, with no split)
+COMPOUND_SPLIT_LANGS = ("de",)
+
+
+def splits_compounds(tgt_lang: str | None) -> bool:
+    """Whether ``bleu_tokenized`` applies the compound split to output in ``tgt_lang`` (German: yes)."""
+    return (tgt_lang or "").lower() in COMPOUND_SPLIT_LANGS
+
+
 def compound_split(line: str) -> str:
     """perl ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`` on the line's UTF-8 bytes."""
     return _COMPOUND.sub(rb"\1 ##AT##-##AT## \2", line.encode("utf-8")).decode("utf-8")

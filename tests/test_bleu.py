@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from repdegen.analysis.bleu import bleu_detok, bleu_tokenized, compound_split, tokenize_for_bleu
+from repdegen.analysis.bleu import bleu_detok, bleu_tokenized, compound_split, splits_compounds, tokenize_for_bleu
 from repdegen.reproduce.errors import DataError
 
 REFS = [
@@ -168,3 +168,13 @@ def test_mismatched_or_empty_inputs_are_data_errors():
         bleu_detok([], [])
     with pytest.raises(DataError, match="lists of sentences"):
         bleu_tokenized("a b", "a b")
+
+
+def test_the_compound_split_is_for_german_output_only():
+    """tensor2tensor's get_ende_bleu.sh and fairseq's compound_split_bleu.sh are En->De scripts; De->En is scored
+    tokenized without the split (Gao et al. 2019 Sec. 6.2: "tokenized case-sensitive BLEU")."""
+    assert splits_compounds("de") and splits_compounds("DE")
+    assert not splits_compounds("en") and not splits_compounds(None)
+    assert tokenize_for_bleu("a state-of-the-art model", False) == "a state-of-the-art model"
+    hyp = ["the state-of-the-art model works well on this test set today"]
+    assert bleu_tokenized(hyp, hyp, compound_split=False)["flavour"] == "tokenized"

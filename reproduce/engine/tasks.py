@@ -456,15 +456,16 @@ class TranslationTask:
 
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """BLEU on ``trainer.generation.bleu_splits``: SacreBLEU (detokenized, with its signature) and
-        the papers' tokenized BLEU with compound splitting. Hypotheses are saved next to the run."""
-        from repdegen.analysis.bleu import bleu_detok, bleu_tokenized
+        the papers' tokenized BLEU, with compound splitting for German output only (the En->De convention;
+        analysis/bleu.py ``splits_compounds``). Hypotheses are saved next to the run."""
+        from repdegen.analysis.bleu import bleu_detok, bleu_tokenized, splits_compounds
 
         out = {}
         for split in self.t.generation.bleu_splits:
             hyps = self.translate_split(model, split)
             refs = self.corpus.split(split).tgt_text
             (run_dir / f"hyp.{tag}.{split}.{self.corpus.tgt_lang}").write_text("".join(h + "\n" for h in hyps))
-            detok, tok = bleu_detok(hyps, refs), bleu_tokenized(hyps, refs)
+            detok, tok = bleu_detok(hyps, refs), bleu_tokenized(hyps, refs, splits_compounds(self.corpus.tgt_lang))
             prefix = "" if split == "test" else f"{split}_"
             out[f"{prefix}bleu"] = detok["score"]
             out[f"{prefix}bleu_signature"] = detok["signature"]
