@@ -1,8 +1,10 @@
 """Freezing experiments of Yu et al. (2022), Sec. 3 (Table 1, Figure 2; Table 2).
 
 The rare group is the rarest ``rare_fraction`` (20%) of the vocabulary by training frequency (Sec.
-3.1: 30/50/20% frequent/medium/rare; ``repdegen.analysis.groups.frequency_groups``), special symbols excluded.
-It is fixed for the whole run (it comes from the corpus, not from AGG's memory).
+3.1: 30/50/20% frequent/medium/rare; ``repdegen.analysis.groups.frequency_groups``), special symbols excluded;
+with ``group_cutoffs`` (by default the run's ``trainer.analysis.group_cutoffs``: the official evaluation's index
+cut-offs 13,000 / 36,000 at scale paper) it is the ids at or after the second cut-off, so the frozen set is the
+rare group the run is scored on. It is fixed for the whole run (it comes from the corpus, not from AGG's memory).
 
 ``mode=embedding`` (Table 1, Figure 2: "freezing the rare group token embeddings in their initial
 states"): while ``step < until_step`` (``null``: all training), the gradient of the rare rows of the
@@ -42,6 +44,9 @@ class FreezeConfig(ObjectiveConfig):
     # freeze during optimizer updates 0 .. until_step - 1 (null: the whole run)
     until_step: int | None = None
     rare_fraction: float = 0.2
+    # the groups by dictionary index (frequent < c1 <= medium < c2 <= rare), as the evaluation scores them; null: by
+    # rare_fraction. conf/objective/freeze.yaml sets it to the run's own trainer.analysis.group_cutoffs
+    group_cutoffs: list[int] | None = None
 
 
 @register_objective("freeze", FreezeConfig)
@@ -73,7 +78,10 @@ class Freeze(Objective):
         from repdegen.analysis.groups import frequency_groups
 
         rest = (1.0 - self.cfg.rare_fraction) / 2
-        groups = frequency_groups(train_counts, fractions=(rest, rest, self.cfg.rare_fraction))
+        cutoffs = self.cfg.group_cutoffs
+        n_specials = next(k for k in range(len(special_ids) + 1) if k not in set(special_ids))  # the leading specials
+        groups = frequency_groups(train_counts, fractions=(rest, rest, self.cfg.rare_fraction),
+                                  cutoffs=list(cutoffs) if cutoffs else None, n_specials=n_specials if cutoffs else None)
         rare = torch.zeros(self.vocab_size, dtype=torch.bool)
         rare[groups["rare"]] = True
         if special_ids:

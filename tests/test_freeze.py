@@ -108,3 +108,24 @@ def test_ul_agg_is_agg_plus_unlikelihood():
     assert torch.isclose(a.logs["ul_loss"], ul)
     with pytest.raises(ValueError, match="layout"):
         ulagg(h, y, model, 1)
+
+
+def test_with_the_evaluations_cutoffs_the_frozen_set_is_the_scored_rare_group():
+    """Yu et al.'s paper cells score groups by dictionary index (13,000 / 36,000): the frozen set is then the ids at or
+    after the second cut-off (specials excepted), the rare group the evaluation scores, not the rarest 20 %."""
+    from repdegen.analysis.groups import frequency_groups
+
+    obj = build_objective(FreezeConfig(mode="parts", group_cutoffs=[8, 15]), V)
+    obj.setup(updates_per_epoch=1, special_ids=[0, 1, 2, 3], train_counts=counts())
+    scored = frequency_groups(counts(), cutoffs=[8, 15], n_specials=4)["rare"]
+    assert obj.rare.nonzero().squeeze(1).tolist() == list(range(V))[scored] == [15, 16, 17, 18, 19]
+    by_fraction = build_objective(FreezeConfig(mode="parts", group_cutoffs=None), V)
+    by_fraction.setup(updates_per_epoch=1, special_ids=[0, 1, 2, 3], train_counts=counts())
+    assert by_fraction.rare.nonzero().squeeze(1).tolist() == [16, 17, 18, 19]
+
+
+def test_the_freeze_objective_takes_the_runs_cutoffs(compose_cfg):
+    paper = finalize(compose_cfg("experiment=yu2022/gpt2_wt103", "objective=freeze"))
+    lite = finalize(compose_cfg("experiment=yu2022/gpt2_wt103", "objective=freeze", "scale=lite"))
+    assert list(paper.objective.group_cutoffs) == list(paper.trainer.analysis.group_cutoffs) == [13000, 36000]
+    assert lite.objective.group_cutoffs is None is lite.trainer.analysis.group_cutoffs

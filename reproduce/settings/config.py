@@ -314,7 +314,8 @@ def _drop(container: dict, dotted: str) -> None:
 # keep the hashes (and the ledger entries) they had before the key existed
 HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split",
                            "trainer.early_stopping_on": "valid", "trainer.early_stopping_min_delta": 0.0,
-                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None}
+                           "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None,
+                           "objective.group_cutoffs": None}
 
 
 def hashed_view(cfg: DictConfig) -> dict:
