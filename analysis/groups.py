@@ -26,8 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
+from repdegen.analysis.evaluate import scored_segments
 from repdegen.analysis.metrics import isotropy, perplexity
-from repdegen.data.batching import batchify, get_batch
 from torch import nn
 
 GROUP_NAMES = ("frequent", "medium", "rare")
@@ -112,14 +112,16 @@ def group_masks(groups: Mapping[str, Group], vocab_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_size: int, bptt: int, device,
-                  forbid: Sequence[int] = (), mass_sets: Mapping[str, Sequence[int]] | None = None) -> dict:
+                  forbid: Sequence[int] = (), mass_sets: Mapping[str, Sequence[int]] | None = None,
+                  context: int = 0) -> dict:
     """Total and per-group PPL and Uniq of ``ids`` (1-D), in one pass (Yu et al. 2022, Tables 1-4).
 
     The stream is read exactly as :func:`repdegen.analysis.evaluate.evaluate_nll` reads it (``batch_size``
-    columns, ``bptt`` segments, the recurrent state carried across segments, eval mode), so the total
-    PPL equals its PPL. Per position: NLL = the plain softmax cross-entropy of ``model.logits`` (nats);
-    the prediction is the argmax of the logits over the vocabulary, never one of ``forbid`` (the
-    official AGG code masks ``<pad>`` before its argmax; pass ``forbid=[PAD]`` to do the same).
+    columns, ``bptt`` segments, the recurrent state carried across segments or each segment read after ``context``
+    preceding tokens, eval mode: :func:`repdegen.analysis.evaluate.scored_segments`), so the total PPL equals its
+    PPL. Per position: NLL = the plain softmax cross-entropy of ``model.logits`` (nats); the prediction is the
+    argmax of the logits over the vocabulary, never one of ``forbid`` (the official AGG code masks ``<pad>`` before
+    its argmax; pass ``forbid=[PAD]`` to do the same).
 
     Returns plain numbers::
 
@@ -137,49 +139,39 @@ def group_metrics(model, ids: torch.Tensor, groups: Mapping[str, Group], batch_s
     set, of the probability the softmax of the logits (untempered, before ``forbid``) puts on the set (Inan et al.
     2017, Sec. 6.4: the probability of ``<unk>``, of "a"/"an"/"the", where they are not the next word).
     """
-    was_training = model.training
-    model.eval()
-    try:
-        stream = batchify(ids, batch_size).to(device)
-        state = model.init_state(batch_size, device)
-        vocab = masks = None
-        g_nll = torch.zeros(len(groups), dtype=torch.float64, device=device)
-        g_cnt = torch.zeros(len(groups), dtype=torch.long, device=device)
-        nll_sum, count = 0.0, 0
-        predicted = target_seen = None
-        forbid = list(forbid)
-        sets = {name: torch.as_tensor(list(v), dtype=torch.long, device=device) for name, v in (mass_sets or {}).items()}
-        mass_sum = {name: 0.0 for name in sets}
-        mass_cnt = {name: 0 for name in sets}
-        for i in range(0, stream.size(0) - 1, bptt):
-            x, y = get_batch(stream, i, bptt)
-            out = model(x, state)
-            state = out.state
-            logits = model.logits(out.hidden.reshape(-1, out.hidden.size(-1))).float()
-            y = y.reshape(-1)
-            if vocab is None:
-                vocab = logits.size(-1)
-                masks = group_masks(groups, vocab).to(device)
-                predicted = torch.zeros(vocab, dtype=torch.bool, device=device)
-                target_seen = torch.zeros(vocab, dtype=torch.bool, device=device)
-            nll = nn.functional.cross_entropy(logits, y, reduction="none")
-            nll_sum += nll.sum().item()
-            count += y.numel()
-            if sets:
-                probs = torch.softmax(logits, dim=-1)
-                for name, set_ids in sets.items():
-                    other = ~torch.isin(y, set_ids)
-                    mass_sum[name] += float(probs[other][:, set_ids].sum(dim=1).double().sum())
-                    mass_cnt[name] += int(other.sum())
-            in_group = masks[:, y]  # (G, positions): is the target in group k?
-            g_nll += (in_group * nll.double()).sum(dim=1)
-            g_cnt += in_group.sum(dim=1)
-            if forbid:
-                logits[:, forbid] = float("-inf")
-            predicted[logits.argmax(dim=-1)] = True
-            target_seen[y] = True
-    finally:
-        model.train(was_training)
+    vocab = masks = None
+    g_nll = torch.zeros(len(groups), dtype=torch.float64, device=device)
+    g_cnt = torch.zeros(len(groups), dtype=torch.long, device=device)
+    nll_sum, count = 0.0, 0
+    predicted = target_seen = None
+    forbid = list(forbid)
+    sets = {name: torch.as_tensor(list(v), dtype=torch.long, device=device) for name, v in (mass_sets or {}).items()}
+    mass_sum = {name: 0.0 for name in sets}
+    mass_cnt = {name: 0 for name in sets}
+    for hidden, y in scored_segments(model, ids, batch_size, bptt, device, context=context):
+        logits = model.logits(hidden.reshape(-1, hidden.size(-1))).float()
+        y = y.reshape(-1)
+        if vocab is None:
+            vocab = logits.size(-1)
+            masks = group_masks(groups, vocab).to(device)
+            predicted = torch.zeros(vocab, dtype=torch.bool, device=device)
+            target_seen = torch.zeros(vocab, dtype=torch.bool, device=device)
+        nll = nn.functional.cross_entropy(logits, y, reduction="none")
+        nll_sum += nll.sum().item()
+        count += y.numel()
+        if sets:
+            probs = torch.softmax(logits, dim=-1)
+            for name, set_ids in sets.items():
+                other = ~torch.isin(y, set_ids)
+                mass_sum[name] += float(probs[other][:, set_ids].sum(dim=1).double().sum())
+                mass_cnt[name] += int(other.sum())
+        in_group = masks[:, y]  # (G, positions): is the target in group k?
+        g_nll += (in_group * nll.double()).sum(dim=1)
+        g_cnt += in_group.sum(dim=1)
+        if forbid:
+            logits[:, forbid] = float("-inf")
+        predicted[logits.argmax(dim=-1)] = True
+        target_seen[y] = True
     if count == 0:
         raise ValueError("the stream has no predicted positions")
     out_groups = {}

@@ -19,7 +19,10 @@ Here (:func:`word_vector`):
   and the vector is the mean of its pieces' rows (as the AGG code averages sub-word embeddings). The
   AGG code calls ``GPT2Tokenizer.tokenize(word)`` without a leading space, i.e. it uses the
   word-*internal* form of GPT-2's byte-level BPE ("car", not "Ġcar"); sentencepiece always adds the
-  word-start marker, so we use the word-initial form, which is the one a standalone word takes in text.
+  word-start marker, so we use the word-initial form, which is the one a standalone word takes in text;
+* a pretrained byte-level BPE (``dataset.tokenizer=byte_bpe``, ``repdegen.data.byte_bpe.ByteBPETokenizer``): the
+  same call, which encodes the word as a stripped line, i.e. without the leading space, as the AGG code does; a
+  piece the training split never has is ``<unk>``.
 
 Out-of-vocabulary handling (``oov``): ``"drop"`` (default) leaves out every pair with a word that is not
 in the vocabulary (word level) or that has a piece outside the BPE model (``<unk>``, only for unseen

@@ -10,6 +10,11 @@ the training split's lines (cached under ``<cache_dir>/bpe``, see :mod:`repdegen
 its pieces + ``</s>``; the word ``dataset.unk`` (WikiText's ``<unk>``) maps to ``<unk>``. Ids are sorted
 by training frequency after the four specials ``<pad> <s> </s> <unk>``; ``Corpus.tokenizer`` decodes.
 
+``dataset.tokenizer=byte_bpe``: a pretrained byte-level BPE (GPT-2's: ``dataset.byte_bpe=gpt2`` or a folder with its
+vocab.json + merges.txt) encodes each stripped line, + ``</s>``, as Yu et al.'s data step did (``<unk>`` is three
+pieces); the ids are the same four specials, then the pieces that occur in training by count; other pieces of
+valid/test are ``<unk>`` (:mod:`repdegen.data.byte_bpe`).
+
 ``dataset.vocab_from`` (lite v2, docs/lite_v2.md): ``split`` (the default, the papers' setting) builds the
 vocabulary or BPE model from the whole training split and then cuts the ``train_start``/``train_tokens`` window
 out of it; ``slice`` builds them from the window the run trains on, so a prefix run's vocabulary and frequency
@@ -62,7 +67,7 @@ class Corpus:
     test: torch.Tensor
     vocab: Vocab
     provenance: dict
-    # the repdegen.data.bpe.BPETokenizer of a BPE corpus (None for word-level corpora)
+    # the repdegen.data.bpe.BPETokenizer (or data.byte_bpe.ByteBPETokenizer) of a subword corpus (None: word level)
     tokenizer: Any = None
 
     def split(self, name: str) -> torch.Tensor:
@@ -285,6 +290,10 @@ def _with_types(vocab: Vocab, words: list[str]) -> Vocab:
 
 def _slice_vocab_corpus(cfg, lines: dict[str, list[str]], info: dict, cache_dir) -> tuple[dict, Vocab, Any, dict]:
     """dataset.vocab_from=slice: (ids per split, vocabulary, tokenizer or None, provenance extras); see the module doc."""
+    if getattr(cfg, "tokenizer", "word") == "byte_bpe":
+        from repdegen.data.byte_bpe import slice_corpus
+
+        return slice_corpus(cfg, lines, info, lambda n: _slice_window(cfg, n))
     if getattr(cfg, "tokenizer", "word") == "bpe":
         full = train_bpe(lines["train"], cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,
                          unk_literal=cfg.unk or None, name=cfg.name)
@@ -335,8 +344,9 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         raise ConfigError(f"dataset.kind={kind!r}: load_corpus reads language-model corpora (kind=lm); "
                         f"load translation corpora with repdegen.data.translation.load_parallel_corpus")
     tokenizer_name = getattr(cfg, "tokenizer", "word")
-    if tokenizer_name not in ("word", "bpe"):
-        raise ConfigError(f"dataset.tokenizer={tokenizer_name!r} is not one of word, bpe; set dataset.tokenizer=word or bpe")
+    if tokenizer_name not in ("word", "bpe", "byte_bpe"):
+        raise ConfigError(f"dataset.tokenizer={tokenizer_name!r} is not one of word, bpe, byte_bpe; "
+                          f"set dataset.tokenizer=word, bpe or byte_bpe")
     if tokenizer_name == "bpe" and not cfg.bpe_vocab_size:
         raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (got {cfg.bpe_vocab_size!r}); "
                         f"set it, e.g. dataset.bpe_vocab_size=8000")
@@ -366,6 +376,11 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         tokenizer = train_bpe(lines["train"], cfg.bpe_vocab_size, cache_dir, sample_lines=cfg.bpe_sample_lines,
                               unk_literal=cfg.unk or None, name=cfg.name)
         key = _bpe_cache_key(info, tokenizer)
+    elif tokenizer_name == "byte_bpe":
+        from repdegen.data import byte_bpe
+
+        pretrained = byte_bpe.load_pretrained(cfg.byte_bpe)
+        key = byte_bpe.corpus_key(info, pretrained)
     else:
         key = _cache_key(info, cfg)
     cache_path = Path(cache_dir) / "corpora" / f"{cfg.name}-{key}.pt" if cache_dir else None
@@ -373,6 +388,8 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         remove_stale_cache_temps(cache_path)
     if cache_path is not None and cache_path.is_file():
         blob = torch.load(cache_path, weights_only=False)
+    elif tokenizer_name == "byte_bpe":
+        blob = byte_bpe.corpus_blob(cfg, lines, info, pretrained, key)
     elif tokenizer is not None:
         blob = _bpe_blob(cfg, lines, info, tokenizer, key)
     else:
@@ -388,13 +405,17 @@ def load_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool = True) 
         blob = {"itos": vocab.itos, "counts": vocab.counts, "ids": ids, "oov": oov, "info": info, "key": key}
     if cache_path is not None and not cache_path.is_file():
         cache_write(cache_path, lambda tmp: torch.save(blob, tmp))
+    if tokenizer_name == "byte_bpe":
+        tokenizer = byte_bpe.tokenizer_of(pretrained, blob)
     if tokenizer is not None:
         vocab = tokenizer.vocab()
     else:
         vocab = Vocab(blob["itos"], blob["counts"], eos=cfg.eos, unk=cfg.unk)
     provenance = dict(blob["info"], cache_key=blob["key"], vocab_size=len(vocab), oov=blob["oov"],
                       tokens={s: int(blob["ids"][s].numel()) for s in SPLITS})
-    if tokenizer is not None:
+    if tokenizer_name == "byte_bpe":
+        provenance.update(tokenizer.provenance())
+    elif tokenizer is not None:
         provenance.update(tokenizer="bpe", bpe_vocab_size=cfg.bpe_vocab_size, bpe_key=tokenizer.key, bpe_model=tokenizer.path)
     if cfg.vocab_size is not None and len(vocab) != cfg.vocab_size:
         print(f"repdegen: warning: {cfg.name} has {len(vocab)} types, the papers' corpus has {cfg.vocab_size}; "

@@ -31,6 +31,11 @@ LM_SMALL_OVERRIDES = ["dataset=wikitext2_bpe", "model=transformer_lm6"]
 # Vaswani et al. (2017) Sec. 6.1: "For the base models, we used a single model obtained by averaging the last 5
 # checkpoints [...]. For the big models, we averaged the last 20 checkpoints." (the paper is not among the four papers' texts)
 VASWANI_AVERAGED = {"base": 5, "big": 20}
+# ... "which were written at 10-minute intervals" (Sec. 6.1), in updates at the big models' "step time was 1.0 seconds"
+# (Sec. 5.2): 600 s / 1.0 s, and at the base models' "each training step took about 0.4 seconds": 600 s / 0.4 s;
+# Gao's rows write their checkpoints so at paper (trainer.save_interval_updates)
+VASWANI_INTERVAL_UPDATES = {"gao2019/transformer_big_en_de": 600, "gao2019/transformer_base_en_de": 1500,
+                            "gao2019/transformer_base_de_en": 1500}
 # the SVD period of objective=sc (conf/objective/sc.yaml; docs/fidelity.md, the SC row)
 SC_PERIOD = 10
 
@@ -197,8 +202,9 @@ def test_yu_t7_paper_cells_follow_table_12(tmp_path):
 
 @pytest.mark.skipif(not NOTES.is_file(), reason="needs the notes on the AGG README's settings: set REPDEGEN_REFERENCE_NOTES")
 def test_checkpoint_averaging_follows_each_papers_recipe(tmp_path):
-    """Gao et al.: Vaswani's defaults (5 base / 20 big); Yu et al.: the AGG README's last 5, for both sizes. lite
-    keeps the MT budget's 3 (of ~7 epochs: conf/budget/mt_lite.yaml), smoke does not average."""
+    """Gao et al.: Vaswani's defaults (5 base / 20 big; big's at paper from checkpoints every 600 updates, the others'
+    per epoch); Yu et al.: the AGG README's last 5 epochs, for both sizes. lite keeps the MT budget's 3 epochs (of ~7:
+    conf/budget/mt_lite.yaml), smoke does not average."""
     readme = int(re.search(r"averages the last (\d+) checkpoints", NOTES.read_text(encoding="utf-8")).group(1))
     expected = {"gao2019/transformer_base_en_de": VASWANI_AVERAGED["base"],
                 "gao2019/transformer_base_de_en": VASWANI_AVERAGED["base"],
@@ -211,6 +217,8 @@ def test_checkpoint_averaging_follows_each_papers_recipe(tmp_path):
                 seen.add(row.experiment)
                 want = {"paper": expected[row.experiment], "lite": 3, "smoke": 0}[scale]
                 assert cfg.trainer.average_last == want, (scale, row.experiment, row.label)
+                interval = VASWANI_INTERVAL_UPDATES.get(row.experiment) if scale == "paper" else None
+                assert cfg.trainer.save_interval_updates == interval, (scale, row.experiment, row.label)
         # at lite neither the big rows (cost: conf/budget/mt_lite.yaml) nor Gao's De→En rows run (lite v2: only the
         # n/a De→En BLEU claim reads them; docs/lite_v2.md section 5, MT)
         lite = {e for e in expected if "big" not in e and "de_en" not in e}

@@ -1,17 +1,19 @@
 """What a run writes to resume and to evaluate: the checkpoint (weights, optimizer, :class:`RunState`, every rank's
-RNG state, and for a preemption the mid-epoch progress), weight files (``best.pt``, ``last.pt``, ``epoch<k>.pt``)
-and their average. Every file is written atomically (:mod:`repdegen.core.files`); every rank calls the writers (they gather
-the ranks' RNG states and meet at a barrier), rank 0 writes.
+RNG state, and for a preemption or an interval checkpoint the mid-epoch progress), weight files (``best.pt``,
+``last.pt``, ``epoch<k>.pt``, ``update<u>.pt``) and their average. Every file is written atomically
+(:mod:`repdegen.core.files`); every rank calls the writers (they gather the ranks' RNG states and meet at a barrier),
+rank 0 writes.
 
-A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see :mod:`repdegen.reproduce.engine.distributed`)
-holds
-the updates done in the epoch, its partial sums, the RNG state its batches were drawn with and the recurrent state
-carried across BPTT segments, from which ``trainer.resume=true`` continues exactly (bit-identical on a CPU).
+A *mid-epoch* checkpoint (SIGUSR1/SIGTERM or ``trainer.stop_after_updates``, see
+:mod:`repdegen.reproduce.engine.distributed`; and every ``trainer.save_interval_updates`` updates) holds the updates
+done in the epoch, its partial sums, the RNG state its batches were drawn with and the recurrent state carried across
+BPTT segments, from which ``trainer.resume=true`` continues exactly (bit-identical on a CPU).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,6 +50,8 @@ class RunState:
     stage_best_val: float = math.inf  # finetune's own best (starts at the loaded model's loss)
     updates: int = 0  # optimizer updates so far (all stages)
     saved_epochs: list[int] = field(default_factory=list)  # epoch weights kept for averaging
+    # trainer.save_interval_updates: the update counts whose weights (interval_weights_name) are kept for averaging
+    saved_updates: list[int] = field(default_factory=list)
     # per-update traces of the objective's logs over the first updates (``Objective.traces``, e.g. AGG's rare
     # group size: Yu Fig. 4): {name: [[update, value], ...]}
     trace: dict = field(default_factory=dict)
@@ -133,6 +137,24 @@ def average_weights(paths: list[Path], out: Path) -> None:
                 merged[key] = last
         averaged[part] = merged
     atomic_torch_save(out, averaged)
+
+
+def interval_weights_name(updates: int) -> str:
+    """The weights after optimizer update ``updates``, kept for averaging (``trainer.save_interval_updates``)."""
+    return f"update{updates}.pt"
+
+
+def drop_stale_interval_weights(run_dir: Path, kept: list[int]) -> None:
+    """Delete the interval weights in ``run_dir`` that the run's state no longer names (``kept``: its
+    ``saved_updates``): those rotated out of the last ``average_last``, and those written after the checkpoint a
+    resumed run starts from (the resumed run writes them again). Rank 0 only; call it once the checkpoint whose state
+    is ``kept`` is written, so every file that checkpoint names stays."""
+    if not dist.is_main():
+        return
+    names = {interval_weights_name(u) for u in kept}
+    for path in Path(run_dir).glob("update*.pt"):
+        if re.fullmatch(r"update\d+\.pt", path.name) and path.name not in names:
+            path.unlink(missing_ok=True)
 
 
 def mid_epoch_at(mid: dict | None, stage: str, epoch: int) -> dict | None:

@@ -2,7 +2,8 @@
 
 * **train**: epochs until ``max_epochs``, ``max_updates`` or early stopping; the best-validation weights
   (``best.pt``); NT-ASGD's switch to averaging (:func:`repdegen.reproduce.engine.optim.nonmonotone_trigger`); the last weights and
-  those of the last ``average_last`` epochs for checkpoint averaging;
+  those of the last ``average_last`` epochs for checkpoint averaging, or with ``trainer.save_interval_updates`` = N
+  those after every N-th update (the last ``average_last`` of them, :meth:`Stages.keep_interval_checkpoint`);
 * **retrain** (Inan et al. 2017, footnote 5: "Small models were re-trained by initializing to their final
   configuration from the first training session"): with ``trainer.retrain_sessions`` = K > 0, K more train stages,
   each from the previous session's best weights (kept as ``best_session<n>.pt``) with the schedule restarted: epoch
@@ -26,7 +27,7 @@ from pathlib import Path
 from repdegen.analysis.metrics import embedding_metrics
 from repdegen.core.loaders import load_tensor_file
 from repdegen.reproduce.engine import distributed as dist
-from repdegen.reproduce.engine.checkpoint import average_weights
+from repdegen.reproduce.engine.checkpoint import average_weights, drop_stale_interval_weights, interval_weights_name
 from repdegen.reproduce.engine.optim import averaged_weights, nonmonotone_trigger
 
 # the output embedding at initialisation, saved when a run starts (the drift metrics of analysis/geometry.py)
@@ -80,17 +81,38 @@ class Stages:
         return True
 
     def keep_for_averaging(self, epoch: int) -> None:
-        """The last weights (``last.pt``), and those of the last ``average_last`` epochs."""
+        """The last weights (``last.pt``), and those of the last ``average_last`` epochs (unless interval checkpoints
+        are averaged instead: ``trainer.save_interval_updates``)."""
         t, s = self.t, self.state
         if t.final_weights == "last" or t.average_last > 1:
             self.save_weights("last.pt")
-        if t.average_last > 1:
+        if t.average_last > 1 and not t.get("save_interval_updates"):
             self.save_weights(f"epoch{epoch}.pt")
             s.saved_epochs.append(epoch)
             while len(s.saved_epochs) > t.average_last:
                 old = self.run_dir / f"epoch{s.saved_epochs.pop(0)}.pt"
                 if self.is_main:
                     old.unlink(missing_ok=True)
+
+    def interval_checkpoint_due(self) -> bool:
+        """Whether the update just counted ends an interval of ``trainer.save_interval_updates`` (train stage only:
+        the averaged weights are the training run's; finetuning starts from the best weights)."""
+        n = self.t.get("save_interval_updates")
+        return bool(n) and self.state.stage == "train" and self.state.updates % n == 0
+
+    def keep_interval_checkpoint(self, progress: dict) -> None:
+        """fairseq's ``--save-interval-updates`` with ``--keep-interval-updates``: the weights after this update
+        (``update<u>.pt``) join those kept for averaging, the last ``average_last`` (``RunState.saved_updates``), and
+        the run's checkpoint is written at the same update (a mid-epoch one: ``progress``, the epoch's progress so far),
+        as fairseq writes ``checkpoint_last.pt`` with each interval checkpoint. A run stopped anywhere resumes from a
+        checkpoint whose state names exactly the interval files it had kept; files it does not name (rotated out, or
+        written after that checkpoint) are deleted once it is written, here and on a resume
+        (``Trainer.load_checkpoint``), so at most ``average_last`` + 1 are ever on disk."""
+        t, s = self.t, self.state
+        self.save_weights(interval_weights_name(s.updates))
+        s.saved_updates = [*s.saved_updates, s.updates][-t.average_last:]
+        self.save_checkpoint(mid_epoch=progress)
+        drop_stale_interval_weights(self.run_dir, s.saved_updates)
 
     def train_objective_stops(self, loss: float, epoch: int) -> bool:
         """``trainer.early_stopping_on=train``: count the epochs since the mean training objective last fell by at least
@@ -188,11 +210,16 @@ class Stages:
         s.stage = "finetuned"
 
     def final_weights(self) -> str:
-        """The weights the final metrics come from: the average of the last ``average_last`` epochs
-        (fairseq's average_checkpoints), else the best-validation or the last weights."""
+        """The weights the final metrics come from: the average of the last ``average_last`` epochs, or of the last
+        ``average_last`` interval checkpoints with ``trainer.save_interval_updates`` (fairseq's
+        scripts/average_checkpoints.py, ``--num-epoch-checkpoints`` / ``--num-update-checkpoints``: the plain mean of
+        each tensor), else (averaging off, or fewer than two kept) the best-validation or the last weights."""
         t, s = self.t, self.state
-        if t.average_last > 1 and len(s.saved_epochs) > 1:
+        if t.get("save_interval_updates"):
+            names = [interval_weights_name(u) for u in s.saved_updates]
+        else:
             names = [f"epoch{e}.pt" for e in s.saved_epochs]
+        if t.average_last > 1 and len(names) > 1:
             if self.is_main:
                 average_weights([self.run_dir / n for n in names], self.run_dir / "averaged.pt")
             dist.barrier()

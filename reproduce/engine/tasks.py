@@ -120,6 +120,10 @@ class LMTask:
         self.stateless = model.init_state(1, torch.device("cpu")) is None
         self.batch_dims = None if self.stateless else _batch_dims(model)
         self.state = None
+        if self.t.test_context and not self.stateless:
+            raise ConfigError(f"trainer.test_context={self.t.test_context}: a context window is for stateless models "
+                              f"(Transformer LMs); {cfg.model.name} carries its state across segments: set "
+                              f"trainer.test_context=0")
 
     # -- checkpointed randomness ------------------------------------------------------------------
     def rng_state(self) -> dict:
@@ -190,12 +194,15 @@ class LMTask:
     # -- evaluation -------------------------------------------------------------------------------
     def evaluate(self, model, split: str, batch_size: int | None = None) -> dict:
         t = self.t
-        bs = batch_size or (t.eval_batch_size if split == "valid" else t.test_batch_size)
-        bptt = self.eval_bptt(bs)
+        if split == "test" and batch_size is None:
+            bs, bptt, context = self.test_reading()
+        else:
+            bs = batch_size or (t.eval_batch_size if split == "valid" else t.test_batch_size)
+            bptt, context = self.eval_bptt(bs), 0
         if self.world == 1 or bs % self.world:  # one process, or every rank reads the whole split
-            return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device)
+            return evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device, context=context)
         part = evaluate_nll(model, self.corpus.split(split), bs, bptt, self.device,
-                            columns=slice(self.rank, None, self.world))
+                            columns=slice(self.rank, None, self.world), context=context)
         nll_sum, count = dist.sum_over_ranks(part["nll_sum"], part["tokens"])
         return {"nll": nll_sum / count, "ppl": perplexity(nll_sum / count), "tokens": int(count), "nll_sum": nll_sum}
 
@@ -229,10 +236,12 @@ class LMTask:
     def group_geometry(self, model) -> dict:
         return group_geometry(self, model)
 
-    def test_reading(self) -> tuple[int, int]:
-        """(batch size, BPTT) the test split is read with for the final analysis passes."""
-        bs = self.t.test_batch_size
-        return bs, self.eval_bptt(bs)
+    def test_reading(self) -> tuple[int, int, int]:
+        """(batch size, segment length, context) the test split is read with: its PPL and the final analysis passes
+        (``trainer.test_bptt`` / ``test_context``: fairseq-eval-lm's context window, when set)."""
+        t = self.t
+        bs = t.test_batch_size
+        return bs, t.test_bptt or self.eval_bptt(bs), t.test_context
 
     # Inan et al. 2017, Sec. 6.4: the probability of <unk>, and of the articles, where they are not the next word
     MASS_SETS = {"p_unk_nontarget": ("<unk>",), "p_articles_nontarget": ("a", "an", "the")}
@@ -249,8 +258,9 @@ class LMTask:
             return {}
         from repdegen.analysis.geometry import finite_only
 
-        return finite_only(group_metrics(model, self.corpus.test, {}, *self.test_reading(), self.device,
-                                         mass_sets=sets)["mass"])
+        bs, bptt, context = self.test_reading()
+        return finite_only(group_metrics(model, self.corpus.test, {}, bs, bptt, self.device, mass_sets=sets,
+                                         context=context)["mass"])
 
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
         """The degeneration metrics of ``trainer.analysis`` on the test split (Yu et al. 2022)."""
@@ -261,9 +271,9 @@ class LMTask:
 
             vocab = self.corpus.vocab
             groups = self.groups()
-            bs, bptt = self.test_reading()
+            bs, bptt, context = self.test_reading()
             forbid = [vocab.stoi["<pad>"]] if "<pad>" in vocab.stoi else []
-            m = group_metrics(model, self.corpus.test, groups, bs, bptt, self.device, forbid=forbid)
+            m = group_metrics(model, self.corpus.test, groups, bs, bptt, self.device, forbid=forbid, context=context)
             out["uniq"], out["uniq_target"] = m["uniq"], m["uniq_target"]
             for name, g in m["groups"].items():
                 out[f"ppl_{name}"], out[f"uniq_{name}"] = g["ppl"], g["uniq"]

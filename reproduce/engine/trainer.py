@@ -130,6 +130,7 @@ class Trainer(Stages):
         self.task.set_rng_state(ckpt["rng_task"])
         self._mid_epoch = ckpt.get("mid_epoch")
         self.promote_pending()
+        ckpt_io.drop_stale_interval_weights(self.run_dir, self.state.saved_updates)
         return True
 
     def promote_pending(self) -> None:
@@ -241,6 +242,14 @@ class Trainer(Stages):
             self.trace_geometry()  # the initial weights: the trace's update 0
         start, n_tok_before = time.time(), n_tok  # tokens/s of this process's updates (after a mid-epoch resume too)
         desc = f"{self.state.stage} epoch {epoch}"
+
+        def progress(step: int) -> dict:
+            """The epoch's progress after its update ``step``, for a mid-epoch checkpoint (sums over all ranks)."""
+            nll_total, tok_total, loss_total = dist.sum_over_ranks(nll_sum.item(), n_tok, loss_sum.item())
+            return {"stage": self.state.stage, "epoch": epoch, "groups_done": step + 1, "epoch_updates": done,
+                    "nll_sum": nll_total, "n_tok": int(tok_total), "loss_sum": loss_total, "lr": lr,
+                    "rng_task_epoch": rng_task_epoch, "seconds": seconds_before + time.time() - start}
+
         bar = progress_bar(total=len(groups), initial=first, desc=desc, disable=not (t.progress and self.is_main),
                            unit="update", leave=False, dynamic_ncols=True, mininterval=1.0)
         for step in range(first, len(groups)):
@@ -264,15 +273,14 @@ class Trainer(Stages):
                     mean = nll_sum.item() / max(n_tok, 1)
                     bar.set_postfix(loss=f"{mean:.3f}", ppl=f"{math.exp(min(mean, 50)):.1f}",
                                     tok_s=f"{(n_tok - n_tok_before) / max(time.time() - start, 1e-9):.0f}", lr=f"{lr:.3g}")
+            if self.interval_checkpoint_due():  # trainer.save_interval_updates (Stages.keep_interval_checkpoint)
+                self._check_finite(finite, desc, step, len(groups), step_lr)  # never checkpoint a diverged run
+                self.keep_interval_checkpoint(progress(step))
             why = dist.stop_reason(self.t.stop_after_updates, self.state.updates)
             if why is not None:
                 bar.close()
                 self._check_finite(finite, desc, step, len(groups), step_lr)  # never checkpoint a diverged run
-                nll_total, tok_total, loss_total = dist.sum_over_ranks(nll_sum.item(), n_tok, loss_sum.item())
-                self.save_checkpoint(mid_epoch={
-                    "stage": self.state.stage, "epoch": epoch, "groups_done": step + 1, "epoch_updates": done,
-                    "nll_sum": nll_total, "n_tok": int(tok_total), "loss_sum": loss_total, "lr": lr,
-                    "rng_task_epoch": rng_task_epoch, "seconds": seconds_before + time.time() - start})
+                self.save_checkpoint(mid_epoch=progress(step))
                 raise Preempted(f"stopped by {why} after update {step + 1}/{len(groups)} of {desc} ({self.state.updates} "
                                 f"updates in all); continue with trainer.resume=true from {self.checkpoint_path()}")
         bar.close()
@@ -306,7 +314,8 @@ class Trainer(Stages):
 
     def _check_finite(self, finite: torch.Tensor, desc: str, step: int, n_steps: int, step_lr: float) -> None:
         """TrainingDiverged (on every rank) if any rank's loss was NaN or infinite; checkpoints are written only at
-        epoch ends and preemptions, after this check: the last one is good."""
+        epoch ends, preemptions and interval checkpoints (``trainer.save_interval_updates``), after this check: the last
+        one is good."""
         if dist.any_rank(not bool(finite)):
             raise TrainingDiverged.at_update(desc, step, n_steps, step_lr, self.state, self.checkpoint_path())
 

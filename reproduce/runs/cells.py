@@ -92,6 +92,11 @@ class TableAppConfig:
     rows: list[str] | None = None
     # render from the ledger without running anything
     render_only: bool = False
+    # true: list every cell with its state and estimated cost (tokens, throughput, device-hours) and stop: nothing
+    # runs (reproduce/runs/plan.py); markdown: one summary row per table instead. plan_device: h100, h200, a100, l4,
+    # cpu... (None: the device here)
+    plan: Any = False
+    plan_device: str | None = None
     # first copy into the ledger the paper-scale run records committed with the tables (results/tables/<t>/paper/
     # records/) of cells the ledger lacks (a work tree, ledger included, lost between sessions): they count as
     # complete and are not trained again (reproduce/runs/archive.py). Off: a fresh clone trains every cell

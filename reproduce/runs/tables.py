@@ -78,7 +78,15 @@ def run_tables(apps: list[DictConfig]) -> int:
     runs once), then render each table; return the number of cells that did not complete."""
     start = time.time()
     validate_launch(apps[0].launch)  # before anything is registered or run
-    expanded = [(app, expand_cells(app)) for app in apps]
+    memo: dict = {}  # the tables' cells share their defaults trees
+    expanded = [(app, expand_cells(app, memo)) for app in apps]
+    if apps[0].plan:
+        from repdegen.reproduce.runs.plan import plan_tables
+
+        chosen = [(app, selected_cells(app, cells)) for app, cells in expanded]
+        print(plan_tables(chosen, apps[0].plan_device, Path(apps[0].paths.tables_dir).parent / "bench",
+                          markdown=apps[0].plan == "markdown"), flush=True)
+        return 0
     asked = [{c.config_hash: c for c in selected_cells(app, cells)} for app, cells in expanded]
     unique: dict[str, Cell] = {}
     tables_of: dict[str, list[str]] = {}

@@ -113,7 +113,7 @@ VALID_CHOICES = {
     "trainer.early_stopping_on": ("valid", "train"),
     "trainer.generation.length_penalty_form": ("fairseq", "gnmt"),
     "dataset.kind": data_kinds.names(),
-    "dataset.tokenizer": ("word", "bpe"),
+    "dataset.tokenizer": ("word", "bpe", "byte_bpe"),
     "dataset.vocab_from": ("split", "slice"),
     "trainer.loss_reduction": ("mean", "sum_over_time"),
     "trainer.device": ("auto", "cpu", "cuda"),
@@ -195,6 +195,9 @@ def _check_data_model(cfg: DictConfig) -> None:
         )
     if d.tokenizer == "bpe" and not d.bpe_vocab_size:
         raise ConfigError(f"dataset.tokenizer=bpe needs dataset.bpe_vocab_size (e.g. 8000); got {d.bpe_vocab_size}")
+    if d.tokenizer == "byte_bpe" and not d.get("byte_bpe"):
+        raise ConfigError(f"dataset.tokenizer=byte_bpe needs dataset.byte_bpe (got {d.get('byte_bpe')!r}): a hub name "
+                          f"(dataset.byte_bpe=gpt2) or a folder with GPT-2's vocab.json + merges.txt")
     data_kinds.check(d)  # the kind's own combinations (data/kinds.py)
     # numeric bounds (retrain_sessions >= 0, label_smoothing in [0, 1), ...): reproduce/settings/domains.py, checked before this
     if t.precision == "bf16" and t.device == "cpu":
@@ -218,6 +221,11 @@ def _check_data_model(cfg: DictConfig) -> None:
                 f"2017, footnote 5) restarts an epoch-based schedule from the previous session's best weights; "
                 f"checkpoint averaging and update-counted budgets or schedules do not restart with it. Set "
                 f"trainer.retrain_sessions=0, or use the default of {key}")
+    interval = t.get("save_interval_updates")
+    if interval is not None and t.average_last < 2:  # the interval checkpoints exist to be averaged
+        raise ConfigError(f"trainer.save_interval_updates={interval} with trainer.average_last={t.average_last}: the "
+                          f"interval checkpoints are kept for averaging, and at least 2 are needed; set "
+                          f"trainer.average_last to the number to average (e.g. 5), or trainer.save_interval_updates=null")
     min_delta = t.get("early_stopping_min_delta", 0.0)
     if min_delta and t.get("early_stopping_on", "valid") != "train":
         raise ConfigError(f"trainer.early_stopping_min_delta={min_delta} applies to trainer.early_stopping_on=train only "
@@ -252,8 +260,9 @@ def check_unknown_keys(cfg: DictConfig) -> None:
             walk(cfg[section], section)
 
 
-def finalize(cfg: DictConfig) -> DictConfig:
-    """Resolve every interpolation, apply the scale, validate, and return a read-only copy.
+def finalize(cfg: DictConfig, copy_first: bool = True) -> DictConfig:
+    """Resolve every interpolation, apply the scale, validate, and return a read-only copy (``copy_first=False``: the
+    caller's own fresh composition, finalized in place, as :func:`repdegen.reproduce.settings.resolve.resolve` does).
 
     The returned config is what a run uses and what its ``result.json`` records; it is read-only, and a read-only
     config is a finalized one (:func:`repdegen.reproduce.settings.resolve.from_config`).
@@ -261,9 +270,10 @@ def finalize(cfg: DictConfig) -> DictConfig:
     if OmegaConf.is_readonly(cfg):
         raise ValueError("finalize takes a composed config, and this one is read-only: finalized already (its widths "
                          "scaled); use it as it is")
-    cfg = copy.deepcopy(cfg)
+    cfg = copy.deepcopy(cfg) if copy_first else cfg
     OmegaConf.resolve(cfg)
-    unscaled_model = copy.deepcopy(cfg.model)  # for messages in the user's own numbers
+    # for messages in the user's own numbers (only a scale that changes the widths needs a copy)
+    unscaled_model = copy.deepcopy(cfg.model) if cfg.scale.width_mult != 1.0 else cfg.model
     # every numeric setting inside its declared domain (reproduce/settings/domains.py), in the user's own numbers
     # and before anything computes with them (a NaN width would end in a traceback inside apply_scale)
     check_unknown_keys(cfg)
@@ -315,7 +325,8 @@ def _drop(container: dict, dotted: str) -> None:
 HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": "split",
                            "trainer.early_stopping_on": "valid", "trainer.early_stopping_min_delta": 0.0,
                            "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None,
-                           "objective.group_cutoffs": None}
+                           "objective.group_cutoffs": None, "trainer.test_bptt": None, "trainer.test_context": 0,
+                           "trainer.save_interval_updates": None, "dataset.byte_bpe": None}
 
 
 def hashed_view(cfg: DictConfig) -> dict:

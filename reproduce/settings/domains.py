@@ -80,9 +80,11 @@ DOMAINS: dict[str, str] = {
     "optim.weight_decay": "float>=0",
     # training
     **{f"trainer.{k}": "int>0" for k in ("batch_size", "bptt", "eval_batch_size", "eval_bptt", "test_batch_size",
-                                         "max_epochs", "max_tokens", "max_updates", "update_freq", "early_stopping",
+                                         "test_bptt", "max_epochs", "max_tokens", "max_updates", "update_freq", "early_stopping",
                                          "stop_after_updates", "stop_after_epochs", "log_interval")},
-    **{f"trainer.{k}": "int>=0" for k in ("average_last", "finetune_epochs", "retrain_sessions", "gpus")},
+    **{f"trainer.{k}": "int>=0" for k in ("average_last", "finetune_epochs", "retrain_sessions", "gpus",
+                                          "test_context")},
+    "trainer.save_interval_updates": "int>0",
     "trainer.label_smoothing": "[0,1)",
     "trainer.early_stopping_min_delta": "[0,1)",
     "trainer.analysis.geometry_every": "int>0",
@@ -111,6 +113,8 @@ HINTS = {
     "trainer.early_stopping_min_delta": "the relative drop of the training objective that counts as an improvement "
                                         "under trainer.early_stopping_on=train (0.001: 0.1 %)",
     "trainer.label_smoothing": "the share of the target's probability spread over the vocabulary; 0: none",
+    "trainer.save_interval_updates": "optimizer updates between the checkpoints averaged for the final weights; null: "
+                                     "average per-epoch checkpoints",
     "launch.parallel": "cells at a time on the CPU, each given cores / N threads",
     "launch.poll_seconds": "how often the scheduler looks at its cells",
     "launch.grace_seconds": "how long a stopped cell may take to write its checkpoint",

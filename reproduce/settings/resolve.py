@@ -114,13 +114,16 @@ def resolve(overrides: Sequence[str], config_name: str = "config", composed: Dic
             memo: dict | None = None) -> RunSpec:
     """THE resolution of a run: compose once, finalize (scale, domains, checks), hash."""
     cfg, composed_with, added = compose(overrides, config_name, composed, memo)
-    return from_config(cfg, composed_with, added)
+    # a composition of this call is finalized in place; the caller's own (``composed``) is copied first
+    return from_config(cfg, composed_with, added, owned=cfg is not composed)
 
 
-def from_config(cfg: DictConfig, overrides: Sequence[str] = (), preset: Sequence[str] = ()) -> RunSpec:
+def from_config(cfg: DictConfig, overrides: Sequence[str] = (), preset: Sequence[str] = (),
+                owned: bool = False) -> RunSpec:
     """The spec of a config composed elsewhere (a test's own composition), finalized here; a read-only config is a
-    finalized one (what :func:`~repdegen.reproduce.settings.config.finalize` returns) and is taken as it is."""
-    cfg = cfg if OmegaConf.is_readonly(cfg) else finalize(cfg)
+    finalized one (what :func:`~repdegen.reproduce.settings.config.finalize` returns) and is taken as it is.
+    ``owned``: no one else holds ``cfg``, so it is finalized in place."""
+    cfg = cfg if OmegaConf.is_readonly(cfg) else finalize(cfg, copy_first=not owned)
     return RunSpec(cfg, config_hash(cfg), tuple(overrides), tuple(preset),
                    MappingProxyType(dict(cfg.get("choices") or {})))
 

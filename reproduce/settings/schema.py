@@ -61,8 +61,11 @@ class DatasetConfig:
     # ``lm``: one stream of tokens per split; ``translation``: sentence pairs (src_lang -> tgt_lang)
     kind: str = "lm"
     # ``word``: whitespace words + <eos> per line; ``bpe``: a sentencepiece BPE model trained on the
-    # training split (joint source+target for translation) and cached under paths.cache_dir/bpe
+    # training split (joint source+target for translation) and cached under paths.cache_dir/bpe;
+    # ``byte_bpe`` (language models): the pretrained byte-level BPE ``byte_bpe`` names (data/byte_bpe.py)
     tokenizer: str = "word"
+    # tokenizer=byte_bpe: a hub name (``gpt2``) or a folder with vocab.json + merges.txt (or tokenizer.json)
+    byte_bpe: str | None = None
     bpe_vocab_size: int | None = None
     # sentencepiece's input_sentence_size: lines sampled to train BPE (0 = every line)
     bpe_sample_lines: int = 2_000_000
@@ -180,6 +183,11 @@ class TrainerConfig:
     eval_batch_size: int = 10
     eval_bptt: int = 35
     test_batch_size: int = 1
+    # the test split's reading (final metrics): ``test_bptt`` new tokens per segment (None: ``eval_bptt``), each read
+    # after up to ``test_context`` preceding tokens of its column and only the new ones scored (stateless models;
+    # fairseq-eval-lm's --context-window, whose --tokens-per-sample is test_bptt + test_context). 0: none
+    test_bptt: int | None = None
+    test_context: int = 0
     early_stopping: int | None = None
     # what early stopping watches: ``valid`` (the validation NLL; stop after more than ``early_stopping`` epochs
     # without a lower one) or ``train`` (the epoch's mean training objective, ``train_loss`` in the history: stop after
@@ -233,8 +241,13 @@ class TrainerConfig:
     # fp32 | bf16 | auto (bf16 on a CUDA device that supports it, else fp32): torch.autocast on the
     # forward pass and the loss; weights and optimizer state stay fp32
     precision: str = "fp32"
-    # evaluate with the average of the last N epoch checkpoints (fairseq average_checkpoints; 0/1: off)
+    # evaluate with the average of the last N epoch checkpoints (fairseq average_checkpoints; 0/1: off), or of the
+    # last N interval checkpoints with save_interval_updates
     average_last: int = 0
+    # write the weights every N optimizer updates, inside epochs too, keep the last average_last of them and average
+    # those instead of the epochs' (fairseq --save-interval-updates N with average_checkpoints.py
+    # --num-update-checkpoints; with each, a mid-epoch resume checkpoint); None: per-epoch checkpoints
+    save_interval_updates: int | None = None
     # which weights give the final metrics: ``best`` (lowest validation loss) or ``last``
     final_weights: str = "best"
     generation: GenerationConfig = field(default_factory=GenerationConfig)
