@@ -18,8 +18,9 @@ One joint BPE model (:func:`repdegen.data.bpe.train_bpe`) is trained on the trai
 (the language that sorts first, then the other), so the same cached model and encoded corpus serve both
 directions. Every sentence is its BPE ids + ``</s>``. Training pairs with an empty side, more than
 ``max_len`` BPE tokens on either side (EOS not counted) or a length ratio above ``max_len_ratio`` are
-dropped (counted in ``provenance["dropped"]``); evaluation splits are kept whole. ``train_pairs`` and
-``eval_pairs`` keep the first N pairs (after filtering). ``src_text``/``tgt_text`` are the raw lines: the
+dropped (counted in ``provenance["dropped"]``); evaluation splits are kept whole, but for a valid split held out of
+training (``valid_every``: every N-th training pair, :func:`hold_out_valid`), which is filtered as training is.
+``train_pairs`` and ``eval_pairs`` keep the first N pairs (after filtering). ``src_text``/``tgt_text`` are the raw lines: the
 references for BLEU.
 
 Encoded sentences are cached under ``<cache_dir>/corpora/<name>-<key>.pt``; ``key`` hashes the source
@@ -159,9 +160,25 @@ def _datasets_pairs(cfg, source: str, langs: tuple[str, str]) -> tuple[dict, dic
 # --------------------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------------------
+def hold_out_valid(lines: dict, info: dict, every: int) -> tuple[dict, dict]:
+    """The validation pairs taken out of training: every ``every``-th training pair (1-based), and training keeps the
+    rest, as the official prepare-wmt14en2de.sh does (``awk 'NR%100 == 0'`` for valid, ``NR%100 != 0`` for train:
+    a 1 % held out) before its BPE is learned; the valid split's files are not read into the run."""
+    if not isinstance(every, int) or every < 2:
+        raise ConfigError(f"dataset.valid_every={every!r}: expected an integer >= 2 (every N-th training pair is held out "
+                          f"for validation; 100 for the official 1 %), or null to validate on the valid split's files")
+    train = lines["train"]
+    out = dict(lines)
+    out["valid"] = {lang: sents[every - 1 :: every] for lang, sents in train.items()}
+    out["train"] = {lang: [x for i, x in enumerate(sents, 1) if i % every] for lang, sents in train.items()}
+    info = dict(info, valid_every=every, valid_source=f"every {every}th training pair, held out")
+    return out, info
+
+
 def _cache_key(info: dict, tokenizer: BPETokenizer) -> str:
-    # canonical (sorted) so both directions of one corpus share the entry
-    blob = json.dumps([PARALLEL_CACHE_FORMAT, tokenizer.key, info.get("sha256"), info.get("fingerprints")], sort_keys=True)
+    # canonical (sorted) so both directions of one corpus share the entry; a held-out valid split changes what is encoded
+    blob = json.dumps([PARALLEL_CACHE_FORMAT, tokenizer.key, info.get("sha256"), info.get("fingerprints")]
+                      + ([info["valid_every"]] if info.get("valid_every") else []), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -225,6 +242,9 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
         lines, info = _datasets_pairs(cfg, source, (src_lang, tgt_lang))
     else:
         raise DataError(f"dataset.source={source!r}: translation corpora are read from local, hub or disk (or auto)")
+    every = getattr(cfg, "valid_every", None)
+    if every is not None:
+        lines, info = hold_out_valid(lines, info, every)
     for split in SPLITS:
         n_src, n_tgt = len(lines[split][src_lang]), len(lines[split][tgt_lang])
         if n_src == 0 or n_src != n_tgt:
@@ -254,17 +274,22 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
             cache_write(cache_path, lambda tmp: torch.save(blob, tmp))
 
     splits: dict[str, ParallelSplit] = {}
-    pairs, dropped, used = {}, {}, {}
+    pairs, dropped, used, dropped_valid = {}, {}, {}, {}
     for split in SPLITS:
         e_src, e_tgt = blob["enc"][split][src_lang], blob["enc"][split][tgt_lang]
         s_lens, t_lens = e_src["lens"].numpy(), e_tgt["lens"].numpy()
         pairs[split] = len(s_lens)
         idx = np.arange(len(s_lens))
-        if split == "train":
-            keep, dropped = _keep_mask(cfg, s_lens - 1, t_lens - 1)
+        # a valid split held out of training is cleaned as training is (prepare-wmt14en2de.sh cleans both)
+        if split == "train" or (split == "valid" and info.get("valid_every")):
+            keep, counts = _keep_mask(cfg, s_lens - 1, t_lens - 1)
             idx = np.flatnonzero(keep)
+            if split == "train":
+                dropped = counts
+            else:
+                dropped_valid = counts
             if len(idx) == 0:
-                raise DataError(f"{cfg.name}: every training pair was dropped by the filters ({dropped}); raise "
+                raise DataError(f"{cfg.name}: every {split} pair was dropped by the filters ({counts}); raise "
                                 f"dataset.max_len / dataset.max_len_ratio or set them to null")
         limit = cfg.train_pairs if split == "train" else cfg.eval_pairs
         if limit is not None:
@@ -278,6 +303,7 @@ def load_parallel_corpus(cfg, cache_dir: str | Path | None = None, verbose: bool
                       bpe_key=tokenizer.key, bpe_model=tokenizer.path, vocab_size=len(tokenizer),
                       src_lang=src_lang, tgt_lang=tgt_lang, pairs=pairs, dropped=dropped, used_pairs=used,
                       max_len=cfg.max_len, max_len_ratio=cfg.max_len_ratio,
+                      **({"dropped_valid": dropped_valid} if info.get("valid_every") else {}),
                       tokens={s: {lang: int(blob["enc"][s][lang]["ids"].numel()) for lang in langs} for s in SPLITS})
     if verbose and any(dropped.values()):
         print(f"repdegen: {cfg.name}: dropped {sum(dropped.values())} of {pairs['train']} training pairs ({dropped})")

@@ -232,3 +232,24 @@ def test_real_multi30k(tmp_path):
             assert tok.decode(ids) == " ".join(text.split())  # round trip up to repeated spaces
     batches = token_batches(corpus.train.src_lens(), corpus.train.tgt_lens(), 4096, shuffle=True, seed=1)
     assert sum(map(len, batches)) == 29000
+
+
+def test_valid_held_out_of_training_every_nth_pair(pdata, tmp_path):
+    """``dataset.valid_every=N``: the valid split is training pairs N, 2N, ... (1-based, as ``awk 'NR%N == 0'``), training
+    keeps the others, the valid files are not read, and the held-out pairs are filtered as training is."""
+    train_en, train_de = read(pdata, "train", "en"), read(pdata, "train", "de")
+    pairs = list(zip(train_en, train_de))
+    corpus = load_parallel_corpus(tr_cfg(pdata, valid_every=4, max_len_ratio=3.0), tmp_path)
+    ratio_pair, empty_pair = pairs[7], pairs[5]  # line 8 (held out: 8 % 4 == 0), over the ratio; line 6, an empty side
+    held = [p for i, p in enumerate(pairs, 1) if i % 4 == 0]
+    assert ratio_pair in held and empty_pair not in held
+    assert list(zip(corpus.valid.src_text, corpus.valid.tgt_text)) == [p for p in held if p != ratio_pair]
+    kept = [p for i, p in enumerate(pairs, 1) if i % 4]
+    assert list(zip(corpus.train.src_text, corpus.train.tgt_text)) == [p for p in kept if p != empty_pair]
+    prov = corpus.provenance
+    assert prov["valid_every"] == 4 and prov["dropped_valid"]["ratio"] == 1 and prov["dropped"]["empty"] == 1
+    # the same files without it: another cache entry, the valid files again
+    plain = load_parallel_corpus(tr_cfg(pdata, max_len_ratio=3.0), tmp_path)
+    assert plain.valid.src_text == read(pdata, "valid", "en") and len(list((tmp_path / "corpora").glob("*.pt"))) == 2
+    with pytest.raises(Exception, match=r"dataset.valid_every=1: expected an integer >= 2"):
+        load_parallel_corpus(tr_cfg(pdata, valid_every=1), tmp_path)

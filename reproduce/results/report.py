@@ -123,6 +123,8 @@ def table_page(results_dir: Path, t: TableInfo, marks: list, generated: str) -> 
         if undiagnosed:
             lines += ["Not yet diagnosed: " + "; ".join(f"`{s}` {m} {_md_text(text)}" for s, m, text in undiagnosed) + ".",
                       ""]
+    if t.notes:  # what the table's config says of its rows (e.g. rows that are not reproductions yet)
+        lines += ["## About the rows", "", *[f"- {_md_text(n)}" for n in t.notes], ""]
     if notes.is_file():
         lines += ["## Diagnoses", "", include(notes, base, 3), ""]
     for scale in ("paper", "lite"):

@@ -51,6 +51,7 @@ class TableInfo:
     experiments: set[str] = field(default_factory=set)
     # (text, scales it is meaningful at or None) of each claim in the table config
     claims: list[tuple[str, list[str] | None]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # the table config's notes: what a reader must know of its rows
 
     @property
     def paper_key(self) -> str:  # "yu2022_t3" -> "yu2022"
@@ -95,7 +96,8 @@ def load_tables(conf_dir: Path = CONF_DIR) -> list[TableInfo]:
         raw = OmegaConf.load(path)
         claims = [(str(c.text), claim_scales(raw, c)) for c in raw.get("claims", []) or []]
         infos.append(TableInfo(str(raw.get("name", path.stem)), str(raw.title), str(raw.source),
-                               {str(r.experiment) for r in raw.get("rows", []) if r.get("experiment")}, claims))
+                               {str(r.experiment) for r in raw.get("rows", []) if r.get("experiment")}, claims,
+                               [str(n) for n in raw.get("notes", []) or []]))
     return infos
 
 

@@ -326,7 +326,8 @@ HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": 
                            "trainer.early_stopping_on": "valid", "trainer.early_stopping_min_delta": 0.0,
                            "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None,
                            "objective.group_cutoffs": None, "trainer.test_bptt": None, "trainer.test_context": 0,
-                           "trainer.save_interval_updates": None, "dataset.byte_bpe": None}
+                           "trainer.save_interval_updates": None, "dataset.byte_bpe": None,
+                           "dataset.valid_every": None}
 
 
 def hashed_view(cfg: DictConfig) -> dict:

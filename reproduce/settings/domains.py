@@ -35,6 +35,7 @@ DOMAINS: dict[str, str] = {
     # dataset
     "dataset.bpe_sample_lines": "int>0",
     "dataset.bpe_vocab_size": "int>0",
+    "dataset.valid_every": "int>0",  # at least 2: data/translation.py hold_out_valid
     "dataset.vocab_size": "int>0",
     "dataset.train_tokens": "int>0",
     "dataset.eval_tokens": "int>0",

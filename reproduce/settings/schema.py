@@ -79,6 +79,9 @@ class DatasetConfig:
     # max_len_ratio are dropped (fairseq/Moses clean-corpus; None = keep all)
     max_len: int | None = None
     max_len_ratio: float | None = None
+    # translation: validate on every N-th training pair (1-based: pairs N, 2N, ...), held out of training, instead of
+    # the valid split's files (the official AGG/fairseq prepare-wmt14en2de.sh: N = 100, a 1 % held out); None: the files
+    valid_every: int | None = None
     # truncation to the first N pairs (set by the scale; None = whole split)
     train_pairs: int | None = None
     eval_pairs: int | None = None
