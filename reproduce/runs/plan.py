@@ -137,27 +137,35 @@ def rate_of(cfg: DictConfig, device: str, bench: list[Measured], fpt: float | No
     def best(rows):
         return max(rows, key=lambda m: m.tokens_per_s) if rows else None
 
-    trained = sorted((m for m in here if m.source.startswith("ledger") and m.model == model
+    def same(m) -> bool:  # the cell's model as measured: its name, and its size (a width override is another model)
+        return m.model == model and not (fpt and m.flops_per_token and abs(m.flops_per_token / fpt - 1) > 0.1)
+
+    def objective_ratio(scope_model):
+        """(the objective's throughput over MLE's, measured side by side in one file: the median; how many; where)."""
+        for scope in (scope_model, None):  # the ratio on this model, else on any model measured on this device
+            ratios = sorted(o.tokens_per_s / b.tokens_per_s for o in here for b in here
+                            if o.objective == objective and b.objective == "mle" and o.source == b.source
+                            and o.model == b.model and scope in (None, o.model) and not o.source.startswith("ledger"))
+            if ratios:
+                return ratios[len(ratios) // 2], len(ratios), "" if scope else " (measured on other models)"
+        return None, 0, ""
+
+    trained = sorted((m for m in here if m.source.startswith("ledger") and same(m)
                       and m.objective == objective), key=lambda m: m.tokens_per_s)
     if trained:  # runs of this model and objective on this device: their own epochs' pace
         mid = trained[len(trained) // 2]
         return Rate(mid.tokens_per_s, "ledger", f"{model} {objective}: the median epoch of {mid.source}"
                                                + (f" (the middle of {len(trained)} runs)" if len(trained) > 1 else ""))
     here = [m for m in here if not m.source.startswith("ledger")] + [m for m in here if m.source.startswith("ledger")]
-    mle = best([m for m in here if m.model == model and m.objective == "mle" and not m.source.startswith("ledger")])
+    mle = best([m for m in here if same(m) and m.objective == "mle" and not m.source.startswith("ledger")])
     if mle:
         if objective == "mle":
             return Rate(mle.tokens_per_s, "measured", f"{model} mle: results/bench/{mle.source}")
-        for scope in (model, None):  # the ratio on this model, else on any model measured on this device
-            ratios = sorted(o.tokens_per_s / b.tokens_per_s for o in here for b in here
-                            if o.objective == objective and b.objective == "mle" and o.source == b.source
-                            and o.model == b.model and scope in (None, o.model))
-            if ratios:
-                ratio = ratios[len(ratios) // 2]
-                on = "" if scope else " (measured on other models)"
-                return Rate(mle.tokens_per_s * ratio, f"MLE x {ratio:.2f}",
-                            f"{model} {objective}: MLE's rate (results/bench/{mle.source}) x {objective}'s ratio to "
-                            f"MLE, the median of {len(ratios)} measured side by side{on}")
+        ratio, n, on = objective_ratio(model)
+        if ratio is not None:
+            return Rate(mle.tokens_per_s * ratio, f"MLE x {ratio:.2f}",
+                        f"{model} {objective}: MLE's rate (results/bench/{mle.source}) x {objective}'s ratio to "
+                        f"MLE, the median of {n} measured side by side{on}")
         return Rate(mle.tokens_per_s, "MLE's rate", f"{model} {objective}: {objective} not measured, MLE's rate "
                                                    f"(results/bench/{mle.source})")
     if fpt is None:
@@ -175,14 +183,16 @@ def rate_of(cfg: DictConfig, device: str, bench: list[Measured], fpt: float | No
     if ref:
         achieved = ref.tokens_per_s * ref.flops_per_token
         where = ref.source if ref.source.startswith("ledger") else f"results/bench/{ref.source}"
-        return Rate(achieved / fpt, "FLOP-based", f"{model}: its FLOPs per token at the {achieved / 1e12:.3g} TFLOP/s "
-                                                  f"{ref.model} reached ({where})")
+        ratio, _, _ = objective_ratio(ref.model) if ref.objective != objective else (None, 0, "")
+        times = f", x {objective}'s measured ratio to MLE {ratio:.2f}" if ratio is not None else ""
+        return Rate(achieved / fpt * (ratio or 1.0), "FLOP-based", f"{model}: its FLOPs per token at the "
+                    f"{achieved / 1e12:.3g} TFLOP/s {ref.model} {ref.objective} reached ({where}){times}")
     if gpu and device in PEAK_FLOPS:
         other = [m for m in bench if m.mfu and m.device != "cpu" and m.precision == precision and m.objective == "mle"
                  and _family(m.model, m.kind) == _family(model, kind)]
-        same = [m for m in other if m.model == model] or other
-        if same:
-            ref = max(same, key=lambda m: m.mfu)
+        alike = [m for m in other if m.model == model] or other
+        if alike:
+            ref = max(alike, key=lambda m: m.mfu)
             peak = PEAK_FLOPS[device][0 if precision == "bf16" else 1]
             return Rate(peak * ref.mfu / fpt, "FLOP-based", f"{model}: {device}'s {precision} peak x the MFU {ref.mfu:.0%} "
                                                             f"{ref.model} reached on {ref.device} (results/bench/{ref.source})")
