@@ -40,6 +40,21 @@ def _conf_dir() -> Path:
 CONF_DIR = _conf_dir()
 
 
+def window_start(seed, n_tokens, length) -> int:
+    """``${window_start:${seed},N,L}`` in a config: the first token of a window of ``L`` contiguous tokens drawn
+    uniformly from a split of ``N``, a pure function of the run's seed (Inan et al. 2017, Sec. 6.2: "a randomly chosen
+    20,000 contiguous word sequence in the PTB training set", one per run)."""
+    import numpy as np
+
+    seed, n_tokens, length = int(seed), int(n_tokens), int(length)
+    if not 0 < length <= n_tokens:
+        raise ConfigError(f"window_start: a window of {length} tokens in a split of {n_tokens}: expected 0 < L <= N")
+    return int(np.random.default_rng([seed, length]).integers(0, n_tokens - length + 1))
+
+
+OmegaConf.register_new_resolver("window_start", window_start, replace=True)
+
+
 
 
 
