@@ -30,7 +30,7 @@ help:
 
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install "$(TORCH_SPEC)"
-	$(PYTHON) -m pip install -e ".[dev]"
+	$(PYTHON) -m pip install -e ".[dev,hf]"
 
 # pytest-xdist workers for `make test` / `make test-fast` (one per core on CI's 2 cores; TEST_WORKERS=0: one process)
 TEST_WORKERS ?= 2

@@ -57,7 +57,8 @@ def import_submodules(package: str, path: Iterable[str]) -> None:
     """Import every module of a package (its registrations run): a new objective or model is one file, no list
     to keep."""
     for info in sorted(pkgutil.iter_modules(list(path)), key=lambda m: m.name):
-        importlib.import_module(f"{package}.{info.name}")
+        if not info.ispkg:  # a subpackage (losses/hf: repdegen.hf) is its own namespace, imported when asked for
+            importlib.import_module(f"{package}.{info.name}")
 
 
 PLUGINS_ENV = "REPDEGEN_PLUGINS"

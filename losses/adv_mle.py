@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, as_output_layer, register_objective
 from torch import nn
 
 
@@ -68,6 +68,17 @@ def adversarial_target_shift(hidden: torch.Tensor, targets: torch.Tensor, weight
 
 @register_objective("adv_mle", AdvMLEConfig)
 class AdvMLE(Objective):
+    """Adversarial MLE (the module docstring): in training mode the target's logit is lowered by the worst case
+    perturbation of its embedding within a ball of radius ``eps``; ``eval()`` mode is plain MLE. No hooks.
+
+    >>> import torch
+    >>> from repdegen.losses import AdvMLE, OutputLayer
+    >>> adv = AdvMLE.create(vocab_size=10, eps=0.005)
+    >>> out = adv(torch.randn(6, 4), torch.randint(10, (6,)), OutputLayer(torch.randn(10, 4)))
+    >>> bool(out.token_loss >= out.nll), sorted(out.logs)
+    (True, ['adv_active', 'adv_nll'])
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -81,6 +92,7 @@ class AdvMLE(Objective):
             )
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         logits = model.logits(hidden)
         if not self.training or self.cfg.eps == 0:
             loss, nll = self.token_nll(logits, targets)

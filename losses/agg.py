@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, as_output_layer, register_objective
 from repdegen.losses.fused import chunked_softmax_loss, fused_softmax_loss
 from torch import nn
 
@@ -113,7 +113,33 @@ def agg_gates(appearance: torch.Tensor, rare: torch.Tensor, gate1: bool = True, 
 
 @register_objective("agg", AGGConfig)
 class AGG(Objective):
-    """Buffers (saved in ``state_dict``): ``counts`` (K, V) int32 ring of per-update target counts,
+    """Adaptive gradient gating (the module docstring). Options (:class:`AGGConfig`): ``alpha`` (a token is rare
+    when its mean count per update in the memory is below it), ``memory_updates`` K (None: one epoch of updates,
+    given to :meth:`setup`), ``gate1``/``gate2``, ``static_after_updates``/``static_after_epochs``,
+    ``implementation``.
+
+    Hooks: :meth:`setup` once before training, ``setup(updates_per_epoch, special_ids)`` (K when
+    ``memory_updates`` is None; the special ids are never rare; no training counts: the groups come from the
+    memory alone). In training mode each call first adds its targets to the memory slot of ``step``, then
+    gates; pass ``step`` (the updates done before this one, the same for every micro-batch of an update), or
+    omit it and call :meth:`after_update` after every optimizer step, which advances the objective's own count.
+    The memory saves and loads with ``state_dict()`` / ``load_state_dict()`` (into a module built with the same
+    options). ``token_loss``'s value is 2 x NLL (two terms of equal value), its gradient the gated one; ``nll``
+    is the plain NLL; ``logs["rare_count"]`` the rare group's size.
+
+    >>> import torch
+    >>> from repdegen.losses import AGG, OutputLayer
+    >>> agg = AGG.create(vocab_size=10, alpha=0.5, memory_updates=4)
+    >>> agg.setup(special_ids=[0])
+    >>> head = OutputLayer(torch.randn(10, 4, requires_grad=True))
+    >>> for step in range(3):
+    ...     out = agg(torch.randn(8, 4), torch.randint(0, 5, (8,)), head, step)
+    ...     out.token_loss.backward()
+    ...     agg.after_update(head, step)
+    >>> int(out.logs["rare_count"]) >= 5  # ids 5-9 never appear in the memory: rare
+    True
+
+    Buffers (saved in ``state_dict``): ``counts`` (K, V) int32 ring of per-update target counts,
     ``total`` (V,) int64 their sum, ``slot_step`` (K,) int64 the step that last wrote each slot (-1:
     never), ``special`` (V,) bool never-rare symbols, ``static_rare`` (V,) bool the frozen rare set."""
 
@@ -134,6 +160,8 @@ class AGG(Objective):
         self.register_buffer("special", torch.zeros(vocab_size, dtype=torch.bool))
         self.register_buffer("static_rare", torch.zeros(vocab_size, dtype=torch.bool))
         self._last_step: int | None = None  # host copy of the newest step in memory (no device syncs)
+        # the step a call without ``step`` uses: advanced by after_update; None: the memory's newest step + 1
+        self._updates: int | None = None
 
     @staticmethod
     def validate_config(cfg) -> None:
@@ -168,11 +196,16 @@ class AGG(Objective):
     def memory_updates(self) -> int:
         return self.counts.size(0)
 
-    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor | None = None,
+    def setup(self, updates_per_epoch: int | None = None, special_ids=(), train_counts: torch.Tensor | None = None,
               model=None) -> None:
         """K = ``memory_updates`` or ``updates_per_epoch``; the special symbols are never rare. The
         corpus counts (``train_counts``) are not used: the grouping comes from the memory alone. The
         memory is kept when K is unchanged (setup before loading a checkpoint, or called twice)."""
+        if updates_per_epoch is None and (self.cfg.memory_updates is None or self.cfg.static_after_epochs is not None):
+            what = "memory_updates=None (K = one epoch)" if self.cfg.memory_updates is None else (
+                f"static_after_epochs={self.cfg.static_after_epochs}")
+            raise ConfigError(f"AGG.setup(updates_per_epoch=None) with {what}: pass updates_per_epoch, the number of "
+                              "optimizer updates in one epoch, or set memory_updates (and static_after_updates)")
         k = self.cfg.memory_updates or max(1, int(updates_per_epoch))
         if self.cfg.static_after_epochs is not None:
             self.static_after = max(1, round(self.cfg.static_after_epochs * int(updates_per_epoch)))
@@ -189,14 +222,17 @@ class AGG(Objective):
         self.slot_step = torch.full((k,), -1, dtype=torch.int64, device=device)
         self.total.zero_()
         self._last_step = None
+        self._updates = None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         saved = state_dict.get(prefix + "counts")
         if saved is not None and saved.size(0) != self.memory_updates:
             self._resize(saved.size(0))  # the checkpoint's K wins
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._needs_setup = False
+        # K and the specials come with the state; static_after_epochs still needs setup's updates per epoch
+        self._needs_setup = self._needs_setup and self.cfg.static_after_epochs is not None
         self._last_step = None
+        self._updates = None
 
     def record(self, targets: torch.Tensor, step: int) -> None:
         """Add the batch's target counts into slot ``step % K`` (cleared first if an older step wrote
@@ -237,8 +273,25 @@ class AGG(Objective):
             self.static_rare.copy_(rare)
         return a, rare
 
+    def current_step(self, step: int | None = None) -> int:
+        """``step`` when given; else the objective's own count of updates: one more than the step of the last
+        :meth:`after_update`, or, before any, one more than the newest step in the memory (0 for a fresh one)."""
+        if step is not None:
+            return step
+        if self._updates is None:
+            self._updates = int(self.slot_step.max()) + 1
+        return self._updates
+
+    def after_update(self, model=None, step: int | None = None) -> None:
+        """After optimizer update ``step`` (default: the current step): the next call without ``step`` is the
+        next update's. The memory itself is written by the forward passes of training mode."""
+        self._updates = self.current_step(step) + 1
+
     # -- loss ---------------------------------------------------------------------------------------
-    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int | None = None,
+                layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
+        step = self.current_step(step)
         g1, g2, rare_rows, logs = self.gates(targets, step, hidden.dtype)
         loss, nll, extra = self.gated_loss(hidden, targets, model, g1, g2, rare_rows, layout)
         return ObjectiveOutput(token_loss=loss, nll=nll.detach(), logs={**logs, **extra})

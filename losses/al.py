@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, as_output_layer, register_objective
 from repdegen.losses.fused import store_chunk_grad_h
 from torch import nn
 
@@ -281,6 +281,23 @@ def chunked_augmented_loss(h, W, b, L, targets, eps: float, tau: float, w_ce: fl
 
 @register_objective("al", ALConfig)
 class AugmentedLoss(Objective):
+    """The augmented loss (the module docstring). Options (:class:`ALConfig`): ``alpha``, ``temperature``,
+    ``form``, ``target_grad``, ``beta``, ``unit_norm_embedding``. The target distribution is built from the input
+    embedding L: ``OutputLayer(W, b, input_embedding=L)`` for an untied model; a tied one (REAL, ``make_objective(
+    "real", ...)``) passes ``OutputLayer(L)``. Hooks: :meth:`after_update` renormalises L's rows when
+    ``unit_norm_embedding``; :meth:`setup`'s ``train_counts`` only weigh the words of :meth:`epoch_metrics`'
+    diagnostic. ``logs["aug_loss"]``: the augmented term.
+
+    >>> import torch
+    >>> from repdegen.losses import OutputLayer, make_objective
+    >>> real = make_objective("real", vocab_size=10, alpha=30.0, temperature=20.0)
+    >>> L = torch.randn(10, 4, requires_grad=True)
+    >>> out = real(torch.randn(6, 4), torch.randint(10, (6,)), OutputLayer(L))
+    >>> out.token_loss.backward()
+    >>> bool(out.token_loss > out.nll)  # NLL + alpha x KL
+    True
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -305,6 +322,7 @@ class AugmentedLoss(Objective):
         return target_grad in ("official", "none")
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         cfg = self.cfg
         if cfg.chunk_rows is not None and self.training:
             w_ce, w_aug = ((1.0 - cfg.beta, cfg.beta * cfg.temperature**2 * model.output_embedding.shape[0])
@@ -324,25 +342,30 @@ class AugmentedLoss(Objective):
             total = loss + cfg.alpha * aug
         return ObjectiveOutput(token_loss=total, nll=nll, logs={"aug_loss": aug.detach()})
 
-    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
-        # a plain attribute, not a buffer: not part of the objective's state or its checkpoints
-        self.target_weights = train_counts.double() / train_counts.sum().clamp(min=1)
+    def setup(self, updates_per_epoch: int = 1, special_ids=(), train_counts: torch.Tensor | None = None,
+              model=None) -> None:
+        # a plain attribute, not a buffer: not part of the objective's state or its checkpoints; without train_counts
+        # the diagnostic of epoch_metrics weighs the words uniformly
+        self.target_weights = (train_counts.double() / train_counts.sum().clamp(min=1)
+                               if train_counts is not None else None)
 
     def epoch_metrics(self, model) -> dict:
         """``al_target_entropy``: the entropy (nats) of y~ = softmax(L u_w / tau), averaged over the words w as the
         training targets weigh them; log V means y~ says nothing of word similarity (results/NOTES.md, Inan 2017)."""
-        return {"al_target_entropy": target_entropy(model.input_embedding.detach(), self.cfg.temperature,
+        return {"al_target_entropy": target_entropy(as_output_layer(model).input_embedding.detach(), self.cfg.temperature,
                                                     getattr(self, "target_weights", None))}
 
     @torch.no_grad()
-    def after_update(self, model, step: int) -> None:
+    def after_update(self, model=None, step: int | None = None) -> None:
         if self.cfg.unit_norm_embedding:
-            w = model.input_embedding
+            w = as_output_layer(model).input_embedding
             w.div_(w.norm(dim=1, keepdim=True).clamp(min=1e-12))
 
 
 @register_objective("real", REALConfig)
 class REAL(AugmentedLoss):
+    """AL on a tied model (``tie_weights`` stays true): pass the tied ``OutputLayer(L)``."""
+
     @staticmethod
     def validate_config(cfg) -> None:
         AugmentedLoss.validate_config(cfg)

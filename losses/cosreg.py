@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, as_output_layer, register_objective
 from torch import nn
 
 
@@ -58,6 +58,22 @@ def cosine_regularizer_and_grad(weight: torch.Tensor, eps: float = 1e-12) -> tup
 
 @register_objective("cosreg", CosRegConfig)
 class CosReg(Objective):
+    """MLE plus ``gamma`` x R(W), the mean pairwise cosine of the output embedding's rows (Gao et al. 2019; the
+    module docstring). ``forward`` returns the MLE loss; R's gradient is added once per optimizer update by
+    :meth:`update_penalty` (``head``, ``step``), which the loop calls after the backward pass(es) and before
+    clipping and ``optimizer.step()``. ``logs["cosreg"]``: R(W) at the last update.
+
+    >>> import torch
+    >>> from repdegen.losses import CosReg, OutputLayer
+    >>> cosreg = CosReg.create(vocab_size=10, gamma=1.0)
+    >>> head = OutputLayer(torch.randn(10, 4, requires_grad=True))
+    >>> cosreg(torch.randn(6, 4), torch.randint(10, (6,)), head).token_loss.backward()
+    >>> nll_grad = head.output_embedding.grad.clone()
+    >>> cosreg.update_penalty(head, step=0)
+    >>> bool((head.output_embedding.grad != nll_grad).any())
+    True
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -69,6 +85,7 @@ class CosReg(Objective):
             raise ConfigError(f"objective.gamma={cfg.gamma} must be >= 0")
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         loss, nll = self.token_nll(model.logits(hidden), targets)
         logs = {"cosreg": self.last_penalty} if self.last_penalty is not None else {}
         return ObjectiveOutput(token_loss=loss, nll=nll, logs=logs)
@@ -77,7 +94,7 @@ class CosReg(Objective):
         """gamma * dR/dW added to the output embedding's gradient, once per optimizer update."""
         if self.cfg.gamma == 0:
             return
-        weight = model.output_embedding
+        weight = as_output_layer(model).output_embedding
         value, grad = cosine_regularizer_and_grad(weight.detach())
         add_to_grad(weight, grad.mul_(self.cfg.gamma))
         self.last_penalty = value

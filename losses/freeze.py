@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, as_output_layer, register_objective
 from repdegen.losses.fused import fused_softmax_loss
 
 MODES = ("embedding", "parts")
@@ -51,6 +51,25 @@ class FreezeConfig(ObjectiveConfig):
 
 @register_objective("freeze", FreezeConfig)
 class Freeze(Objective):
+    """The freezing experiments (the module docstring). :meth:`setup` needs ``train_counts`` (V,) (the rare group is
+    the rarest ``rare_fraction`` by count; ``special_ids`` are never rare) and, for ``mode=embedding``, ``model`` (the
+    output layer; ``OutputLayer(W, b, input_embedding=E)`` for an untied model: both matrices freeze), and
+    :meth:`after_update` restores the frozen rows after every optimizer step.
+
+    >>> import torch
+    >>> from repdegen.losses import Freeze, OutputLayer
+    >>> freeze = Freeze.create(vocab_size=10, rare_fraction=0.2)
+    >>> W = torch.nn.Parameter(torch.randn(10, 4))
+    >>> head, opt = OutputLayer(W), torch.optim.SGD([W], lr=0.1, weight_decay=0.1)
+    >>> freeze.setup(train_counts=torch.arange(10, 0, -1), model=head)  # ids 8 and 9: the rarest 20 %
+    >>> before = W.detach().clone()
+    >>> freeze(torch.randn(6, 4), torch.randint(10, (6,)), head, step=0).token_loss.backward()
+    >>> opt.step()
+    >>> freeze.after_update(head, step=0)
+    >>> bool(torch.equal(W[8:], before[8:])), bool((W[:8] != before[:8]).any())  # rare rows kept, the rest moved
+    (True, True)
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -74,8 +93,13 @@ class Freeze(Objective):
         if cfg.until_step is not None and cfg.until_step < 0:
             raise ConfigError(f"objective.until_step={cfg.until_step} must be >= 0, or null to freeze for the whole run")
 
-    def setup(self, updates_per_epoch: int, special_ids: list[int], train_counts: torch.Tensor, model=None) -> None:
+    def setup(self, updates_per_epoch: int = 1, special_ids=(), train_counts: torch.Tensor | None = None,
+              model=None) -> None:
         from repdegen.analysis.groups import frequency_groups
+
+        if train_counts is None:
+            raise ConfigError("Freeze.setup(train_counts=None): the rare group comes from the training counts; pass "
+                              "train_counts, a (V,) tensor of each token's count in the training data")
 
         rest = (1.0 - self.cfg.rare_fraction) / 2
         cutoffs = self.cfg.group_cutoffs
@@ -88,6 +112,7 @@ class Freeze(Objective):
             rare[torch.as_tensor(list(special_ids), dtype=torch.long)] = False
         self.rare.copy_(rare.to(self.rare.device))
         if self.cfg.mode == "embedding" and model is not None:
+            model = as_output_layer(model)
             with torch.no_grad():
                 self.init_rows = torch.stack([w[self.rare].detach().clone() for w in self._matrices(model)])
             self._hook(model)
@@ -111,14 +136,15 @@ class Freeze(Objective):
         return self.cfg.until_step is None or step < self.cfg.until_step
 
     @torch.no_grad()
-    def after_update(self, model, step: int) -> None:
+    def after_update(self, model=None, step: int | None = None) -> None:
         """Called by the trainer after optimizer update ``step``: restore the frozen rows."""
         if self.cfg.mode == "embedding" and self._active and self.init_rows.numel():
-            for w, rows in zip(self._matrices(model), self.init_rows):
+            for w, rows in zip(self._matrices(as_output_layer(model)), self.init_rows):
                 w[self.rare] = rows.to(w.dtype)
 
     # -- loss ----------------------------------------------------------------------------------------
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         self._active = self.training and self.frozen(step)
         if self.cfg.mode == "embedding" or not self._active:
             loss, nll = self.token_nll(model.logits(hidden), targets)

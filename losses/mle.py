@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, as_output_layer, register_objective
 from repdegen.losses.fused import chunked_softmax_loss
 
 
@@ -31,6 +31,19 @@ class REConfig(MLEConfig):
 
 @register_objective("mle", MLEConfig)
 class MLE(Objective):
+    """Maximum likelihood: ``token_loss`` is the mean softmax NLL of ``hidden @ W.T + b`` (label-smoothed when
+    ``label_smoothing`` is set), ``nll`` the plain one. No options beyond ``chunk_rows``, no hooks.
+
+    >>> import torch
+    >>> from repdegen.losses import MLE, OutputLayer
+    >>> mle = MLE.create(vocab_size=10)
+    >>> head = OutputLayer(torch.randn(10, 4, requires_grad=True), torch.zeros(10))
+    >>> out = mle(torch.randn(6, 4), torch.randint(10, (6,)), head)
+    >>> out.token_loss.backward()
+    >>> bool(out.token_loss.detach() == out.nll), head.output_embedding.grad.shape
+    (True, torch.Size([10, 4]))
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -44,6 +57,7 @@ class MLE(Objective):
         return True
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         if self.cfg.chunk_rows is not None and self.training:
             loss, nll = chunked_softmax_loss(hidden, model.output_embedding, model.output_bias, targets,
                                              self.label_smoothing, chunk_rows=self.cfg.chunk_rows)
@@ -54,6 +68,8 @@ class MLE(Objective):
 
 @register_objective("re", REConfig)
 class RE(MLE):
+    """MLE on a tied model (``logits = h L^T``): outside the trainer, MLE with the tied ``OutputLayer(L)``."""
+
     @staticmethod
     def validate_config(cfg) -> None:
         if cfg.tie_weights is not True:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, add_to_grad, as_output_layer, register_objective
 
 PRIORS = ("polynomial", "exponential")
 NORMALIZE = ("max", "none")
@@ -88,6 +88,21 @@ def spectrum_penalty(weight: torch.Tensor, prior: torch.Tensor, normalize: str =
 
 @register_objective("sc", SCConfig)
 class SpectrumControl(Objective):
+    """MLE plus a penalty pulling the output embedding's singular values toward a prior (the module docstring;
+    options of :class:`SCConfig`). As CosReg, the penalty's gradient is added by :meth:`update_penalty` (``head``,
+    ``step``) after the backward pass and before ``optimizer.step()``, on the updates with ``step % every == 0``.
+    ``logs["sc_penalty"]``: the penalty at the last update that computed it.
+
+    >>> import torch
+    >>> from repdegen.losses import OutputLayer, SpectrumControl
+    >>> sc = SpectrumControl.create(vocab_size=10, lambda_prior=1.0)
+    >>> head = OutputLayer(torch.randn(10, 4, requires_grad=True))
+    >>> sc(torch.randn(6, 4), torch.randint(10, (6,)), head).token_loss.backward()
+    >>> sc.update_penalty(head, step=0)
+    >>> sorted(sc(torch.randn(6, 4), torch.randint(10, (6,)), head).logs)
+    ['sc_penalty']
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -121,6 +136,7 @@ class SpectrumControl(Objective):
         return self._prior
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         loss, nll = self.token_nll(model.logits(hidden), targets)
         logs = {"sc_penalty": self.last_penalty} if self.last_penalty is not None else {}
         return ObjectiveOutput(token_loss=loss, nll=nll, logs=logs)
@@ -132,7 +148,7 @@ class SpectrumControl(Objective):
         cfg = self.cfg
         if cfg.lambda_prior == 0 or step % cfg.every != 0:
             return
-        weight = model.output_embedding
+        weight = as_output_layer(model).output_embedding
         with torch.enable_grad():
             w = weight.detach().requires_grad_(True)
             penalty = spectrum_penalty(w, self.prior(min(w.shape), w.device), cfg.normalize)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, TokenLayout, register_objective
+from repdegen.losses import Objective, ObjectiveConfig, ObjectiveOutput, TokenLayout, as_output_layer, register_objective
 from repdegen.losses.fused import fused_softmax_loss
 
 
@@ -83,6 +83,21 @@ def unlikelihood_token_sum(logits: torch.Tensor, targets: torch.Tensor, layout: 
 
 @register_objective("ul", ULConfig)
 class Unlikelihood(Objective):
+    """Token-level unlikelihood (the module docstring); option ``alpha``. Needs ``layout``, the sequence and
+    position of every row (:class:`~repdegen.losses.TokenLayout`: ``time_major(T, B)`` for a (T, B) block
+    flattened time-major, ``from_mask(mask)`` for a batch-first (B, T) one). No hooks. ``logs["ul_loss"]``: the
+    unlikelihood term.
+
+    >>> import torch
+    >>> from repdegen.losses import OutputLayer, TokenLayout, Unlikelihood
+    >>> ul = Unlikelihood.create(vocab_size=10, alpha=1.0)
+    >>> B, T = 2, 5  # a batch-first (B, T) block, flattened row-major
+    >>> out = ul(torch.randn(B * T, 4), torch.randint(10, (B * T,)), OutputLayer(torch.randn(10, 4)),
+    ...          layout=TokenLayout.from_mask(torch.ones(B, T, dtype=torch.bool)))
+    >>> sorted(out.logs)
+    ['ul_loss']
+    """
+
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.cfg = cfg
@@ -93,6 +108,7 @@ class Unlikelihood(Objective):
             raise ConfigError(f"objective.alpha={cfg.alpha} must be >= 0 (Welleck et al. and Yu et al. use 1.0)")
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         if layout is None:
             raise ValueError(
                 "objective=ul needs the sequence layout of the rows (layout=TokenLayout(...)) to find each token's "

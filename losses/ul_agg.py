@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 from repdegen.core.errors import ConfigError
-from repdegen.losses import ObjectiveOutput, register_objective
+from repdegen.losses import ObjectiveOutput, as_output_layer, register_objective
 from repdegen.losses.agg import AGG, AGGConfig
 from repdegen.losses.fused import fused_softmax_loss
 from repdegen.losses.ul import unlikelihood_candidates, unlikelihood_token_sum
@@ -43,6 +43,19 @@ class ULAGGGatedConfig(ULAGGConfig):
 
 @register_objective("ul_agg", ULAGGConfig)
 class ULAGG(AGG):
+    """AGG plus ``alpha_ul`` x unlikelihood (the module docstring): AGG's options, hooks and state, and UL's
+    ``layout``.
+
+    >>> import torch
+    >>> from repdegen.losses import ULAGG, OutputLayer, TokenLayout
+    >>> ul_agg = ULAGG.create(vocab_size=10, alpha=0.5, memory_updates=4, alpha_ul=1.0)
+    >>> T, B = 4, 2  # a (T, B) block flattened time-major
+    >>> out = ul_agg(torch.randn(T * B, 4), torch.randint(10, (T * B,)), OutputLayer(torch.randn(10, 4)), step=0,
+    ...              layout=TokenLayout.time_major(T, B))
+    >>> sorted(out.logs)
+    ['rare_count', 'rare_target_frac', 'ul_loss']
+    """
+
     gate_ul = False  # AGG gates the NLL part of W's gradient only
 
     @staticmethod
@@ -55,7 +68,9 @@ class ULAGG(AGG):
         if cfg.alpha_ul < 0:
             raise ConfigError(f"objective.alpha_ul={cfg.alpha_ul} must be >= 0 (the unlikelihood weight; 1.0 in the paper)")
 
-    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int = 0, layout=None) -> ObjectiveOutput:
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor, model, step: int | None = None,
+                layout=None) -> ObjectiveOutput:
+        model = as_output_layer(model)
         if layout is None:
             raise ValueError(
                 f"objective={self.cfg.name} needs the rows' sequence layout (layout=TokenLayout(...)), as objective=ul"
@@ -76,6 +91,8 @@ class ULAGG(AGG):
 
 @register_objective("ul_agg_gated", ULAGGGatedConfig)
 class ULAGGGated(ULAGG):
+    """UL+AGG with AGG's gates on the unlikelihood term's gradient to W too (the module docstring)."""
+
     gate_ul = True
 
     @staticmethod

@@ -136,6 +136,7 @@ COMMANDS = {
     "report": ("repdegen.reproduce.report", "write results/README.md and the table pages from results/"),
     "status": ("repdegen.reproduce.status", "the ledger's runs training, stopped or failed: epoch, best, ETA"),
     "aggregate": ("repdegen.reproduce.aggregate", "aggregate a finished sweep into a table and plots"),
+    "embeddings": ("repdegen.reproduce.embeddings", "a degeneration report (I(W), cosines, spectrum, groups) of any matrix"),
 }
 
 

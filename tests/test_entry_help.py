@@ -29,6 +29,7 @@ ENTRY_POINTS = {
     "aggregate": ("Aggregate a Hydra multirun", False),
     "report": ("every reproduced table and figure", False),
     "status": ("What the run ledger holds now", False),
+    "embeddings": ("A degeneration report", False),
 }
 CFG_JOB = ("train", *TRAIN_ARGS, "--cfg", "job")
 

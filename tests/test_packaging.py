@@ -11,15 +11,23 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("analysis", "conf", "core", "data", "losses", "models", "reproduce")
+# packages that live in a subfolder of another but install under their own name: the Hugging Face integration
+MAPPED_SUBFOLDERS = {"repdegen.hf": "losses/hf"}
 
 
 def test_every_package_folder_is_listed_under_the_namespace():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    on_disk = sorted("repdegen." + ".".join(p.parent.relative_to(REPO).parts)
-                     for top in FOLDERS for p in (REPO / top).rglob("__init__.py"))
+    # a subfolder mapped as a package of its own (losses/hf/ is repdegen.hf) is named by its mapping
+    mapped = {folder: name for name, folder in MAPPED_SUBFOLDERS.items()}
+
+    def package(folder: Path) -> str:
+        rel = folder.relative_to(REPO)
+        return mapped.get(rel.as_posix()) or "repdegen." + ".".join(rel.parts)
+
+    on_disk = sorted(package(p.parent) for top in FOLDERS for p in (REPO / top).rglob("__init__.py"))
     assert sorted(cfg["packages"]) == on_disk
-    assert cfg["package-dir"] == {f"repdegen.{top}": top for top in FOLDERS}
+    assert cfg["package-dir"] == {**{f"repdegen.{top}": top for top in FOLDERS}, **MAPPED_SUBFOLDERS}
 
 
 def test_configs_are_found_through_the_package():

@@ -35,7 +35,8 @@ DOMAINS: dict[str, str] = {
     # dataset
     "dataset.bpe_sample_lines": "int>0",
     "dataset.bpe_vocab_size": "int>0",
-    "dataset.valid_every": "int>0",  # at least 2: data/translation.py hold_out_valid
+    "dataset.valid_every": "int>=2",  # every N-th training pair held out (data/translation.py hold_out_valid)
+    "dataset.max_len_ratio": "float>=1",
     "dataset.vocab_size": "int>0",
     "dataset.train_tokens": "int>0",
     "dataset.eval_tokens": "int>0",
@@ -138,11 +139,12 @@ class Domain:
 
     def example(self) -> str:
         """A value inside the domain, for the error message's fix."""
+        low = self.low or 0.0
         if self.integer:
-            return "1" if (self.low_open or (self.low or 0) > 0) else "0"
+            return str(int(low) + 1 if self.low_open else int(low))
         if self.high is not None:
             return "0.5" if self.high >= 1 else str(self.high / 2)
-        return "1.0" if self.low_open else "0.0"
+        return f"{low + 1 if self.low_open else low:.1f}"
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
