@@ -97,6 +97,9 @@ class TableAppConfig:
     # cpu... (None: the device here)
     plan: Any = False
     plan_device: str | None = None
+    # where the benchmark JSON files are (scripts/bench.py's; None: results/bench beside paths.tables_dir, else the
+    # checkout's results/bench)
+    plan_bench_dir: str | None = None
     # first copy into the ledger the paper-scale run records committed with the tables (results/tables/<t>/paper/
     # records/) of cells the ledger lacks (a work tree, ledger included, lost between sessions): they count as
     # complete and are not trained again (reproduce/runs/archive.py). Off: a fresh clone trains every cell

@@ -394,5 +394,8 @@ def plan_tables(expanded: list[tuple[DictConfig, list[Cell]]], device: str | Non
         return plan_markdown(key, per_table)
     head = (f"repdegen: plan on {key} ({name}); hours are device-hours (a cell of N GPUs: about 1/N of them in wall "
             f"time); nothing is run")
+    if not load_measurements(bench_dir):
+        head += (f"\nrepdegen: no benchmark files under {bench_dir}: rates come from this ledger's runs only (a checkout "
+                 f"has them in results/bench/; plan_bench_dir=<folder> names another)")
     tail = [f"all {len(expanded)} tables: " + plan_total(list(distinct.values()))] if len(expanded) > 1 else []
     return "\n".join([head, *parts, *tail])

@@ -68,6 +68,18 @@ def run_cells(cells: list[Cell], ledger: Ledger, app: DictConfig | None = None,
     return status
 
 
+def bench_dir(app: DictConfig) -> Path:
+    """The benchmark files a plan reads: ``plan_bench_dir``, else results/bench beside the tables, else the checkout's."""
+    if app.get("plan_bench_dir"):
+        return Path(app.plan_bench_dir)
+    beside = Path(app.paths.tables_dir).parent / "bench"
+    if beside.is_dir():
+        return beside
+    from repdegen.reproduce.settings.config import CONF_DIR
+
+    return CONF_DIR.parent / "results" / "bench"
+
+
 def run_table(app: DictConfig) -> int:
     """Run what is missing and render; return the number of cells that did not complete."""
     return run_tables([app])
@@ -84,8 +96,8 @@ def run_tables(apps: list[DictConfig]) -> int:
         from repdegen.reproduce.runs.plan import plan_tables
 
         chosen = [(app, selected_cells(app, cells)) for app, cells in expanded]
-        print(plan_tables(chosen, apps[0].plan_device, Path(apps[0].paths.tables_dir).parent / "bench",
-                          markdown=apps[0].plan == "markdown"), flush=True)
+        print(plan_tables(chosen, apps[0].plan_device, bench_dir(apps[0]), markdown=apps[0].plan == "markdown"),
+              flush=True)
         return 0
     asked = [{c.config_hash: c for c in selected_cells(app, cells)} for app, cells in expanded]
     unique: dict[str, Cell] = {}
