@@ -130,7 +130,20 @@ def _sp_flat(sp, lines: Sequence[str], lit: str | None) -> tuple[np.ndarray, np.
     return np.concatenate(flats), np.concatenate(lens)
 
 
-class BPETokenizer:
+class FlatEncoding:
+    """``encode_batch`` and ``encode`` from a tokenizer's ``encode_flat`` (our ids of every line concatenated, and each
+    line's length)."""
+
+    def encode_batch(self, lines: Sequence[str], add_eos: bool = False) -> list[list[int]]:
+        flat, lens = self.encode_flat(lines, add_eos)
+        return [a.tolist() for a in np.split(flat, np.cumsum(lens)[:-1])] if len(lens) else []
+
+    def encode(self, text: str, add_eos: bool = False) -> list[int]:
+        """Our ids of one text, encoded as a corpus line is (no EOS unless ``add_eos``)."""
+        return self.encode_flat([text], add_eos)[0].tolist()
+
+
+class BPETokenizer(FlatEncoding):
     """A trained sentencepiece BPE model and the mapping between its ids and ours (see the module doc)."""
 
     def __init__(self, model_proto: bytes, order: Sequence[int], counts: Sequence[int], unk_literal: str | None = None,
@@ -190,14 +203,6 @@ class BPETokenizer:
         out = np.full(flat.size + lens.size, EOS, dtype=np.int64)
         out[np.arange(flat.size) + np.repeat(np.arange(lens.size), lens)] = flat
         return out, lens + 1
-
-    def encode_batch(self, lines: Sequence[str], add_eos: bool = False) -> list[list[int]]:
-        flat, lens = self.encode_flat(lines, add_eos)
-        return [a.tolist() for a in np.split(flat, np.cumsum(lens)[:-1])] if len(lens) else []
-
-    def encode(self, text: str, add_eos: bool = False) -> list[int]:
-        """Our ids of one text (no EOS unless ``add_eos``)."""
-        return self.encode_flat([text], add_eos)[0].tolist()
 
     # ---- decoding -------------------------------------------------------------------------------------
     def decode(self, ids) -> str:

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from repdegen.core.errors import ConfigError, DataError
 from repdegen.core.files import cache_write
-from repdegen.data.bpe import BOS, EOS, N_SPECIALS, PAD, SPECIALS, UNK, _as_ids
+from repdegen.data.bpe import BOS, EOS, N_SPECIALS, PAD, SPECIALS, UNK, FlatEncoding, _as_ids
 from repdegen.data.vocab import Vocab
 
 # bump when the line rule, the id mapping or the cached blob below change: old cached corpora are not reused
@@ -209,7 +209,7 @@ def _check_round_trip(pre: Pretrained, lines: Sequence[str]) -> None:
                             f"without a normalizer, such as GPT-2's vocab.json + merges.txt")
 
 
-class ByteBPETokenizer:
+class ByteBPETokenizer(FlatEncoding):
     """A pretrained byte-level BPE and the mapping between its ids and ours (see the module doc)."""
 
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
@@ -269,14 +269,6 @@ class ByteBPETokenizer:
         if not add_eos:
             return flat, lens
         return _insert_after_lines(flat, lens, EOS), lens + 1
-
-    def encode_batch(self, lines: Sequence[str], add_eos: bool = False) -> list[list[int]]:
-        flat, lens = self.encode_flat(lines, add_eos)
-        return [a.tolist() for a in np.split(flat, np.cumsum(lens)[:-1])] if len(lens) else []
-
-    def encode(self, text: str, add_eos: bool = False) -> list[int]:
-        """Our ids of ``text`` encoded as a corpus line (stripped; no ``</s>`` unless ``add_eos``)."""
-        return self.encode_flat([text], add_eos)[0].tolist()
 
     # ---- decoding -------------------------------------------------------------------------------------
     def decode(self, ids) -> str:
