@@ -69,7 +69,7 @@ lint:
 	$(PYTHON) -m ruff check .
 
 # Sweeps (docs/sweeps.md): a Hydra multirun over the preset's values x seeds (conf/sweep/<name>.yaml), aggregated
-# into the sweep folder (aggregate.md/.csv/.json, one PNG per metric) by the preset's callback, or here when a job
+# into the sweep folder (a generated table: table.md/.csv/.tex, cells.json, one PNG per metric) by the preset's callback, or here when a job
 # failed. Empty VALUES / SEEDS / EXPERIMENT = the preset's; SWEEP_DIR = outputs/multirun/<name>-<scale>/<date_time>.
 # AGG at smoke/lite: the 6-layer LM on WikiText-2 BPE, the stand-in its preset chooses (conf/experiment_scale/).
 # make sweep NAME=<preset of conf/sweep/> [SCALE= VALUES= SEEDS= EXPERIMENT= SWEEP_DIR= ARGS=]: VALUES goes to the

@@ -1,9 +1,10 @@
 """The figure of a sweep: one metric against the swept value, mean +- std over seeds (the shape of Yu et
 al. 2022 Fig. 5, "Hyper-parameter (alpha) sensitivity of AGG": (a) perplexity, (b) Uniq, (c) I(W), one
-panel each). :mod:`repdegen.reproduce.runs.sweeps` writes one PNG per metric with :func:`plot_sweep_metric`.
+panel each). A sweep's table (``repdegen.reproduce.results.table_figures.render_sweep_figures``) writes one PNG per metric
+with :func:`plot_sweep_metric`.
 
-The points are the aggregate's own numbers (no second summary here), so the figure and
-``aggregate.md`` cannot disagree. The x-axis is logarithmic when the values span a decade or more
+The points are the rendered table's own numbers (no second summary here), so the figure and ``table.md`` cannot
+disagree. The x-axis is logarithmic when the values span a decade or more
 (:func:`use_log_x`: e.g. CosReg's gamma 0.1 ... 10), linear otherwise (Yu's alpha 0.01 ... 0.05).
 """
 

@@ -1,7 +1,7 @@
 """``repdegen aggregate <sweep dir>... [--out DIR] [--metrics a,b]``: aggregate a sweep (a Hydra
 multirun) into a table and one plot per metric. This module reads the command line; the work is
-:mod:`repdegen.reproduce.runs.sweeps` (the jobs, grouped) and :mod:`repdegen.reproduce.results.sweep_render` (the
-files); ``--help`` is its argument parser's, with the examples below."""
+:mod:`repdegen.reproduce.runs.sweeps` (the jobs as a generated table) and :mod:`repdegen.reproduce.results.sweep_render`
+(rendered by the tables' pipeline); ``--help`` is its argument parser's, with the examples below."""
 
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 EPILOG = """\
-It writes aggregate.md, aggregate.csv, aggregate.json and aggregate_<metric>.png (mean and sd over seeds per swept
-value) into --out, the first DIR by default.
+It reads the sweep as a generated table (a row per swept value, mean and sd over seeds) and writes it as every
+table is written (table.md, table.csv, table.tex, cells.json, the figures) with sweep_<metric>.png (each metric
+against the swept value) into --out, the first DIR by default.
 
 examples:
   repdegen aggregate outputs/multirun/2026-01-31/12-00-00

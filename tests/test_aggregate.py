@@ -1,5 +1,6 @@
-"""Sweeps: a real Hydra multirun on the tiny corpus, aggregated by the callback and by the command line,
-checked against statistics computed straight from the ledger's result.json files."""
+"""Sweeps: a real Hydra multirun on the tiny corpus, read as a generated table and rendered by the tables' pipeline
+(by the callback and by the command line), checked against statistics computed straight from the ledger's
+result.json files."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from repdegen.analysis.sweep_figures import use_log_x
 from repdegen.reproduce.aggregate import main
 from repdegen.reproduce.results.sweep_render import AggregateCallback
 from repdegen.reproduce.results.sweep_render import run as run_aggregate
-from repdegen.reproduce.runs.sweeps import AggregateError, aggregate, parse_overrides, swept_keys
+from repdegen.reproduce.runs.sweeps import AggregateError, parse_overrides, sweep_table, swept_keys
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LSTM = ("experiment=inan2017/small", "scale=smoke", "trainer.progress=false")
@@ -50,63 +51,67 @@ def ledger_records(sweep_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in (sweep_dir.parent / "out" / "runs").glob("*/result.json")]
 
 
+def sweep_record(folder: Path) -> dict:
+    return json.loads((folder / "cells.json").read_text())
+
+
 def test_the_callback_writes_the_expected_table(sweep):
-    """Means and stds in aggregate.json / .csv / .md equal those computed here from the ledger."""
-    agg = json.loads((sweep / "aggregate.json").read_text())
-    assert agg["swept"] == ["objective.gamma"] and agg["replicates"] == ["seed"]
-    assert agg["metrics"][:3] == list(METRICS) and "ppl_rare" in agg["metrics"]  # group PPLs where present
-    assert agg["not_complete"] == [] and len(agg["jobs"]) == 4
-    assert agg["fixed"] == {"sweep": "cosreg_gamma", "experiment": "inan2017/small", "scale": "smoke"}
+    """Means and sds in table.csv / table.md equal those computed here from the ledger; cells.json lists every job."""
+    record = sweep_record(sweep)
+    info = record["sweep"]
+    assert info["swept"] == ["objective.gamma"] and info["replicates"] == ["seed"]
+    assert info["metrics"][:3] == list(METRICS) and "ppl_rare" in info["metrics"]  # group PPLs where present
+    assert len(info["jobs"]) == 4 and all(j["status"] == "complete" for j in info["jobs"])
+    assert info["fixed"] == {"sweep": "cosreg_gamma", "experiment": "inan2017/small", "scale": "smoke"}
 
     expected: dict[float, list[dict]] = {}
     for rec in ledger_records(sweep):
         assert rec["status"] == "complete" and rec["config"]["objective"]["name"] == "cosreg"
         expected.setdefault(rec["config"]["objective"]["gamma"], []).append(rec)
     assert sorted(expected) == [0.1, 10.0]
-    rows = {row["values"]["objective.gamma"]: row for row in agg["rows"]}
-    assert sorted(rows) == [0.1, 10.0]
-    with open(sweep / "aggregate.csv") as f:
-        csv_rows = {float(r["objective.gamma"]): r for r in csv.DictReader(f)}
-    md = (sweep / "aggregate.md").read_text()
+    cells = {}
+    for c in record["cells"]:
+        cells.setdefault(float(c["label"]), []).append(c)
+    with open(sweep / "table.csv") as f:
+        csv_rows = {float(r["label"]): r for r in csv.DictReader(f)}
+    assert sorted(csv_rows) == [0.1, 10.0]
+    md = (sweep / "table.md").read_text()
     for gamma, recs in expected.items():
-        row = rows[gamma]
-        assert row["n"] == 2 and sorted(row["seeds"]) == [1, 2]
-        assert sorted(row["config_hashes"]) == sorted(r["config_hash"] for r in recs)
-        for m in agg["metrics"]:
+        assert sorted(c["seed"] for c in cells[gamma]) == [1, 2]
+        assert sorted(c["config_hash"] for c in cells[gamma]) == sorted(r["config_hash"] for r in recs)
+        for m in info["metrics"]:
             values = [r["metrics"]["final"][m] for r in recs]
             mean, std = statistics.mean(values), statistics.stdev(values)
-            assert row["metrics"][m]["mean"] == pytest.approx(mean, rel=1e-12)
-            assert row["metrics"][m]["std"] == pytest.approx(std, rel=1e-9, abs=1e-12)
-            assert float(csv_rows[gamma][f"{m}_mean"]) == pytest.approx(mean, rel=1e-12)
-            assert float(csv_rows[gamma][f"{m}_std"]) == pytest.approx(std, rel=1e-9, abs=1e-12)
-        assert csv_rows[gamma]["n"] == "2"
-        # the Markdown table comes from the tables' renderer (repdegen.reproduce.results.render): ours = mean±sd, no paper column
+            assert float(csv_rows[gamma][f"{m}_ours"]) == pytest.approx(mean, rel=1e-12)
+            assert float(csv_rows[gamma][f"{m}_sd"]) == pytest.approx(std, rel=1e-9, abs=1e-12)
+        assert csv_rows[gamma]["seeds"] == "2"
+        # the Markdown table is the tables' own (repdegen.reproduce.results.render): ours = mean±sd, no paper column
         valid = [r["metrics"]["final"]["valid_ppl"] for r in recs]
         # the sd to two significant figures (Python's own "g" rounding), the mean to as many decimals
         sd_text = f"{statistics.stdev(valid):#.2g}".rstrip(".")
         places = len(sd_text.split(".")[1]) if "." in sd_text else 0
         mean_sd = f"{statistics.mean(valid):.{places}f} ± {sd_text}"
         assert f"| {gamma:g} | {mean_sd} |" in md
-    assert md.startswith("# Sweep over `objective.gamma`\n")
+    assert md.startswith("## Sweep over `objective.gamma`\n")
     assert "| objective.gamma | Valid PPL | Test PPL | I(W) |" in md and "Seeds: 1, 2 (ours = mean ± sd)." in md
 
 
 def test_one_plot_per_metric(sweep):
-    agg = json.loads((sweep / "aggregate.json").read_text())
-    assert agg["figures"] == [f"aggregate_{m}.png" for m in agg["metrics"]]
-    for name in agg["figures"]:
-        assert (sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    record = sweep_record(sweep)
+    figures = [f"sweep_{m}" for m in record["sweep"]["metrics"]]
+    assert [f for f in record["figures"] if f.startswith("sweep_")] == figures and "curves" in record["figures"]
+    for name in figures:
+        assert (sweep / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert use_log_x([0.1, 10]) and not use_log_x([0.01, 0.05]) and not use_log_x([0.0, 1.0])
 
 
 def test_the_command_line_gives_what_the_callback_gave(sweep, tmp_path):
     main([str(sweep), "--out", str(tmp_path)])
-    by_callback = json.loads((sweep / "aggregate.json").read_text())
-    by_cli = json.loads((tmp_path / "aggregate.json").read_text())
-    by_callback.pop("generated"), by_cli.pop("generated")
-    assert by_cli == by_callback
-    assert (tmp_path / "aggregate.csv").read_text() == (sweep / "aggregate.csv").read_text()
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(by_callback["figures"])
+    by_callback, by_cli = sweep_record(sweep), sweep_record(tmp_path)
+    for key in ("cells", "sweep", "figures"):
+        assert by_cli[key] == by_callback[key], key
+    assert (tmp_path / "table.csv").read_text() == (sweep / "table.csv").read_text()
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(p.name for p in sweep.glob("*.png"))
 
 
 def test_failed_and_unfinished_jobs_are_listed(sweep, tmp_path):
@@ -114,7 +119,7 @@ def test_failed_and_unfinished_jobs_are_listed(sweep, tmp_path):
     sweep_copy, runs = tmp_path / "multirun", tmp_path / "runs"
     shutil.copytree(sweep, sweep_copy)
     shutil.copytree(sweep.parent / "out" / "runs", runs)
-    hashes = {Path(j["job_dir"]).name: j["config_hash"] for j in json.loads((sweep / "aggregate.json").read_text())["jobs"]}
+    hashes = {Path(j["job_dir"]).name: j["config_hash"] for j in sweep_record(sweep)["sweep"]["jobs"]}
     # job 1 diverged: repdegen.reproduce.train marks its ledger run failed (found by the hash its overrides compose to)
     h1 = hashes["1"]
     rec = json.loads((runs / h1 / "result.json").read_text())
@@ -142,22 +147,23 @@ def test_failed_and_unfinished_jobs_are_listed(sweep, tmp_path):
     assert bad["3"].config_hash == h3
     assert bad["5"].status == "missing" and f"no ledger run {bad['5'].config_hash} in {runs}" in bad["5"].reason
     assert [Path(j.dir).name for j in agg.duplicates] == ["4"]
-    assert [(r.values["objective.gamma"], r.n) for r in agg.rows] == [(0.1, 1), (10.0, 1)]
-    md = (sweep_copy / "aggregate.md").read_text()
+    assert [(r.sweep_values["objective.gamma"], sum(i in c.rows for c in agg.cells)) for i, r in enumerate(agg.table.rows)] \
+        == [(0.1, 1), (10.0, 1)]
+    md = (sweep_copy / "table.md").read_text()
     assert "**failed**" in md and "the loss became nan at update 3" in md and "CUDA out of memory" in md
-    on_disk = json.loads((sweep_copy / "aggregate.json").read_text())
-    assert sorted(Path(j["job_dir"]).name for j in on_disk["not_complete"]) == ["1", "3", "5"]
+    on_disk = sweep_record(sweep_copy)["sweep"]["jobs"]
+    assert sorted(Path(j["job_dir"]).name for j in on_disk if j["status"] != "complete") == ["1", "3", "5"]
 
 
 def test_clear_errors(sweep, tmp_path):
     with pytest.raises(AggregateError, match="does not exist"):
-        aggregate([tmp_path / "nowhere"])
+        sweep_table([tmp_path / "nowhere"])
     with pytest.raises(AggregateError, match="holds no Hydra jobs"):
-        aggregate([tmp_path])
+        sweep_table([tmp_path])
     with pytest.raises(AggregateError, match=r"--metrics bleu: no complete run has it .*expected some of: .*valid_ppl"):
-        aggregate([sweep], metrics=["bleu"])
+        sweep_table([sweep], metrics=["bleu"])
     with pytest.raises(AggregateError, match="--stage cache: no complete run has metrics for it; expected one of: final"):
-        aggregate([sweep], stage="cache")
+        sweep_table([sweep], stage="cache")
     with pytest.raises(SystemExit) as err:  # the command line: one message, exit status 2
         main([str(tmp_path / "nowhere")])
     assert err.value.code == 2
@@ -187,11 +193,13 @@ def test_optuna_searches_and_the_study_is_aggregated(tmp_path, tiny_data):
     assert len(valid) == 2 and all(0.01 <= g <= 100 for g in valid)  # the search space
     assert best.best_value == pytest.approx(min(valid.values()))  # Optuna minimised what train returned
     assert valid[best.best_params["objective.gamma"]] == pytest.approx(best.best_value)
-    agg = json.loads((study / "aggregate.json").read_text())
-    assert agg["swept"] == ["objective.gamma"] and [r["n"] for r in agg["rows"]] == [1, 1]
-    assert agg["optuna"]["best_value"] == pytest.approx(best.best_value)
-    assert all(math.isfinite(r["metrics"]["valid_ppl"]["mean"]) and r["metrics"]["valid_ppl"]["std"] is None
-               for r in agg["rows"])
+    info = sweep_record(study)["sweep"]
+    assert info["swept"] == ["objective.gamma"] and len(info["jobs"]) == 2
+    assert info["optuna"]["best_value"] == pytest.approx(best.best_value)
+    with open(study / "table.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and all(math.isfinite(float(r["valid_ppl_ours"])) and r["valid_ppl_sd"] == "" for r in rows)
+    assert "Optuna: best value" in (study / "table.md").read_text()
 
 
 def test_values_a_preset_set_are_read_from_the_run():

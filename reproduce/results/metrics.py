@@ -2,7 +2,7 @@
 its values print, which way is better, which task records it, where its value comes from (``source``), and its
 family, whose default tie margin a claim's check takes when it states none (``FAMILY_MARGINS``).
 
-Rendering (:mod:`repdegen.reproduce.results.render`), the claims (:mod:`repdegen.reproduce.results.claims`) and sweep aggregation
+Rendering (:mod:`repdegen.reproduce.results.render`), the claims (:mod:`repdegen.reproduce.results.claims`) and the sweeps' tables
 (:mod:`repdegen.reproduce.runs.sweeps`) all read it. A name that is not registered (a key of ``result.json`` such as
 ``wall_time_s``, or a metric added by a new task) still gets a :class:`Metric`, derived by the same rules, so nothing
 downstream needs a second list.

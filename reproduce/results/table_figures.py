@@ -102,3 +102,54 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
                 old.unlink()
         written["svd_projection.png"] = svd_caption(shown)
     return written
+
+
+def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
+    """A sweep's figures (a table with ``swept`` keys, its rows generated: repdegen.reproduce.runs.sweeps): per column,
+    ``sweep_<metric>.png``, the metric against the first numeric swept key (mean ± sd over each row's runs), one
+    curve per value of the other swept keys, rows where that key is not set drawn as horizontal lines (e.g. an MLE
+    baseline); a categorical key at positions 0, 1, 2... {file name: caption} of those written (the shape of Yu et al.
+    2022 Fig. 5)."""
+    from repdegen.analysis.sweep_figures import SweepSeries, plot_sweep_metric
+    from repdegen.reproduce.results.metrics import label as metric_label
+
+    values = [dict(r.sweep_values) for r in table.rows]
+    done = [i for i, r in enumerate(rows) if r.extra.get("n_done")]
+    if not done:
+        return {}
+    keys = list(table.swept)
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    numeric = [k for k in keys if all(number(values[i][k]) or values[i][k] is None for i in done)
+               and any(number(values[i][k]) for i in done)]
+    x_key = numeric[0] if numeric else (keys[0] if keys else None)
+    others = [k for k in keys if k != x_key]
+    position = None
+    if x_key is not None and x_key not in numeric:  # a categorical key (e.g. objective=mle,agg)
+        position = {n: float(k) for k, n in enumerate(sorted({str(values[i][x_key]) for i in done}))}
+    counts = sorted({rows[i].extra["n_done"] for i in done})
+    what = ("one run per value" if counts == [1] else
+            f"mean ± sd over runs (n = {counts[0]}{f'-{counts[-1]}' if len(counts) > 1 else ''})")
+    written = {}
+    for m in table.columns:
+        series: dict[str, SweepSeries] = {}
+        for i in done:
+            s = series.setdefault(", ".join(f"{k}={values[i][k]}" for k in others),
+                                  SweepSeries(label=", ".join(f"{k}={values[i][k]}" for k in others)))
+            mean, sd = rows[i].ours.get(m), (rows[i].extra.get("sd") or {}).get(m)
+            if mean is None:
+                continue
+            x = None if x_key is None else values[i][x_key]
+            if x is None and x_key is not None:
+                s.baseline = (mean, sd)
+                continue
+            s.x.append(0.0 if x is None else (position[str(x)] if position else float(x)))
+            s.mean.append(mean)
+            s.std.append(sd)
+        name = "sweep_" + "".join(c if c.isalnum() or c in "._-" else "_" for c in m) + ".png"
+        plot_sweep_metric(list(series.values()), out / name, metric_label(m), x_key or "all runs", f"{title}: {what}",
+                          categories={v: k for k, v in position.items()} if position else None)
+        written[name] = f"{metric_label(m)} against {x_key or 'the runs'} ({what})"
+    return written

@@ -24,7 +24,7 @@ from repdegen.reproduce.results.provenance import (
     unchanged_generated,
 )
 from repdegen.reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from repdegen.reproduce.results.table_figures import render_embedding_figures
+from repdegen.reproduce.results.table_figures import render_embedding_figures, render_sweep_figures
 from repdegen.reproduce.runs.archive import (
     ARCHIVE_DIR,
     ARCHIVED_SCALES,
@@ -258,7 +258,10 @@ def paper_valid_lines(rows, records: list[dict], scale: str) -> dict[tuple[str |
     return out
 
 
-def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None) -> Path:
+def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger: Ledger | None = None,
+           out: Path | None = None, extra: dict | None = None) -> Path:
+    """Write the table's files into ``out`` (default ``<paths.tables_dir>/<table>/<scale>/``); ``extra``: more of
+    what made it, kept in ``cells.json`` (a sweep's jobs)."""
     from repdegen.reproduce.results.claims import evaluate_claims
     from repdegen.reproduce.results.claims_text import (
         claims_console,
@@ -274,7 +277,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     hw = sorted({hardware_summary(r["hardware"]) for r in records}) or ["n/a"]
     git = records_git(records)
     seeds = seeds_at(t, scale)
-    relative = scale != "paper"
+    swept = list(t.get("swept") or [])  # a sweep's table: ours only, no baseline to compare with
+    relative = scale != "paper" and not swept
     meta = {
         "title": t.title,
         "source": t.source,
@@ -289,9 +293,11 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     if relative:
         ran = scale_differences(records)
         meta["differences"] = " ".join(x for x in (f"Ours ran: {ran}." if ran else "", t.differences.get(scale, "")) if x)
-    out = Path(app.paths.tables_dir) / t.name / scale
+    out = Path(out) if out is not None else Path(app.paths.tables_dir) / t.name / scale
     columns = list(t.columns)
     notes = list(t.notes)
+    if swept and records:
+        notes.append(f"Ours ran: {scale_differences(records)}.")
     signatures = sorted({r["metrics"].get("final", {}).get("bleu_signature") for r in records} - {None})
     if signatures:
         meta["bleu_signature"] = signatures
@@ -303,7 +309,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     claims_md = claims_markdown(verdicts, paper_short(t.source), scale, seeds)
     # at paper scale each cell's provenance: its rows are built one by one, over sessions and machines
     provenance = [cell_provenance(r) for r in records] if scale in ARCHIVED_SCALES else []
-    markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md, cells=provenance)
+    markdown = to_markdown(t.title, columns, rows, meta, notes, relative=relative, claims=claims_md, cells=provenance,
+                           paper=not swept, first_column=" / ".join(swept) or "Model")
     latex = to_latex(t.title, columns, rows, meta, relative=relative, claims=claims_latex(verdicts, scale))
     atomic_write_bytes(out / "table.csv", lambda f: f.write(to_csv(columns, rows).encode()))
     atomic_write_bytes(out / "claims.csv", lambda f: f.write(claims_csv(verdicts, scale).encode()))
@@ -314,6 +321,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
                                     out / "curves.png", f"{t.title} — scale {scale}", show_train=scale == "paper",
                                     targets=targets)
     figures = render_embedding_figures(records, Path(app.paths.runs_dir), out, f"{paper_short(t.source)}, scale {scale}")
+    if swept:  # each column against the swept value
+        figures |= render_sweep_figures(t, rows, out, f"{t.source} ({scale})")
     ran = sorted({r["_seed"] for r in records if r.get("_seed") is not None})
     # {figure's file stem: caption}, in the order to show them (reproduce/results/report.py embeds them)
     figure_captions = ({"curves": "Validation perplexity per epoch of each row" + (
@@ -336,7 +345,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
         if c.get("config_hash") in by_hash:
             c["provenance"] = {k: v for k, v in by_hash[c["config_hash"]].items() if k not in ("row", "config_hash")}
     cells_record = {"table": t.name, "scale": scale, "command": this_command,
-                    "meta": meta, "cells": cells_out, "figures": figure_captions}
+                    "meta": meta, "cells": cells_out, "figures": figure_captions, **(extra or {})}
     if app.render_only:
         default = f"repdegen table table={t.name} scale={scale}"
         cells_record["command"] = training_command(out / "cells.json") or default

@@ -43,6 +43,8 @@ class TableRow:
     scales: list[str] | None = None
     # the row this one is compared with at smoke/lite (None: the table's baseline)
     baseline: str | None = None
+    # a generated row of a sweep (repdegen.reproduce.runs.sweeps): its value of each swept key
+    sweep_values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,6 +74,9 @@ class TableConfig:
     # analyses of the trained cells that the columns or claims read besides the runs' records, computed once per run
     # after it completes (reproduce/runs/trained.py): {continuations: 500} (Yu Tables 5/15: cont_uniq_mean)
     analyses: TableAnalyses = field(default_factory=lambda: TableAnalyses())
+    # a sweep's table (generated rows, repdegen.reproduce.runs.sweeps): the swept keys, whose values the rows hold;
+    # rendered with one figure per column against the first of them
+    swept: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,39 +1,30 @@
-"""Aggregate a Hydra multirun (a sweep) into a table and one plot per metric.
+"""A sweep (a Hydra multirun) read as a generated table: its jobs, the swept keys, one row per swept value.
 
     repdegen aggregate outputs/multirun/2026-01-31/12-00-00
     repdegen aggregate DIR1 DIR2 --out results/sweeps/agg_alpha --metrics test_ppl,uniq,isotropy
     repdegen aggregate DIR --stage cache          # AWD-LSTM: the cache-pointer stage's PPL
 
-Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml``: what the job was asked for.
-A sweep is a list of cells like a table: each job's overrides are composed as ``repdegen.reproduce.train`` composes them
-(``repdegen.reproduce.settings.resolve.resolve``), and its run is found in the ledger by config hash. The swept keys are the
-overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept key (``--replicate``). Keys
-that do not change the experiment (``paths``, ``trainer.progress``..., see
-:data:`repdegen.reproduce.settings.config.HASH_EXCLUDED`)
-and ``hydra.*`` are never swept keys. Jobs are grouped by their swept values; per group: the number of runs and the
-mean and sample standard deviation (ddof = 1; none for a single run) of each metric of the ledger's
-``result.json`` (``metrics.<stage>``). Written to ``--out`` (default: the first DIR):
+Each job folder of a multirun (``DIR/<job num>/``) holds ``.hydra/overrides.yaml``: what the job was asked for, and
+the spec the job recorded (its config hash and ledger); a job from before jobs recorded it is composed as
+``repdegen.reproduce.train`` composes it (``repdegen.reproduce.settings.resolve.resolve``). The swept keys are the
+overrides whose value differs between the jobs; ``seed`` is a replicate, not a swept key (``--replicate``). Keys that
+do not change the experiment (``paths``, ``trainer.progress``..., see
+:data:`repdegen.reproduce.settings.config.HASH_EXCLUDED`) and ``hydra.*`` are never swept keys.
 
-* ``aggregate.md``    the table, by the tables' renderer (``repdegen.reproduce.results.render``; ours only, mean±sd), the jobs
-that
-  are not complete, and every job
-* ``aggregate.csv``   one row per swept value: n, seeds, ``<metric>_mean``, ``<metric>_std``
-* ``aggregate.json``  the same plus each run's values, config hashes and job folders
-* ``aggregate_<metric>.png``  the metric against the swept value, error bars = std over seeds
-  (:func:`repdegen.analysis.sweep_figures.plot_sweep_metric`; Yu et al. 2022 Fig. 5)
-
-A job whose ledger run is missing or not ``complete`` is listed with the reason (its ``failure.json`` when it
-raised, the ledger record's error), never dropped silently. Two jobs of the same ledger run (same config hash, e.g.
-a sweep run again into a new folder) count once.
-
-:class:`AggregateCallback` runs the same aggregation when a multirun ends (``hydra/callbacks=aggregate``).
+:func:`sweep_table` turns the jobs into a table (``repdegen.reproduce.runs.cells.TableConfig``) whose rows are
+generated, one per swept value (``rows[i].sweep_values``), and whose cells are the jobs' runs: the tables' own collecting
+and rendering (``repdegen.reproduce.results.table_render``) write it, with a figure per metric against the swept
+value (:mod:`repdegen.reproduce.results.sweep_render`). A job whose ledger run is missing or not ``complete`` is
+listed in the table's notes with the reason (its ``failure.json`` when it raised, the ledger record's error), never
+dropped silently. Two jobs of the same ledger run (same config hash, e.g. a sweep run again into a new folder) count
+once.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +35,6 @@ DEFAULT_METRICS = ("valid_ppl", "test_ppl", "isotropy")
 # added to the defaults when some run has them (Yu et al. 2022 Fig. 5 plots PPL, Uniq and I(W))
 OPTIONAL_METRICS = ("ppl_frequent", "ppl_medium", "ppl_rare", "uniq", "bleu")
 DEFAULT_REPLICATES = ("seed",)
-OUTPUT_NAMES = ("aggregate.md", "aggregate.csv", "aggregate.json")
 
 
 class AggregateError(UserError):
@@ -66,6 +56,7 @@ class Job:
     config_hash: str | None = None
     record: dict | None = None
     superseded_by: Path | None = None
+    runs_dir: Path | None = None  # the ledger its run is in
 
     def value(self, key: str):
         """The job's value of an override key: from its command line, else (a preset set it, or the default)
@@ -165,6 +156,7 @@ def load_job(job_dir: Path, stage: str, runs_dir: Path | None = None) -> Job:
         job.status = "failed" if failure else "missing"
         job.reason = failure.get("error") or f"its overrides do not compose to a config here: {err}"
         return job
+    job.runs_dir = runs
     result = runs / job.config_hash / "result.json"
     if not result.is_file():
         job.status = "failed" if failure else "missing"
@@ -217,7 +209,7 @@ def load_jobs(sweep_dirs: Sequence[Path], stage: str = "final", runs_dir: Path |
 
 
 # --------------------------------------------------------------------------------------------------
-# grouping and statistics
+# swept keys and values
 # --------------------------------------------------------------------------------------------------
 def _run_control(key: str) -> bool:
     bare = key.lstrip("+~").split("@")[0]
@@ -267,96 +259,44 @@ def show(value) -> str:
     return str(value)
 
 
-def _lookup(record: dict, stage: str, metric: str):
-    node: Any = record.get("metrics", {}).get(stage, {})
-    for part in metric.split("."):
-        if not isinstance(node, dict) or part not in node:
-            node = None
-            break
-        node = node[part]
-    if node is None and metric in record and not isinstance(record[metric], dict):
-        node = record[metric]  # e.g. wall_time_s
-    if isinstance(node, bool) or not isinstance(node, (int, float)):
-        return None
-    return float(node)
-
-
-def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Mean and sample standard deviation (ddof = 1); std None for one value, both None for none."""
-    n = len(values)
-    if n == 0:
-        return None, None
-    mean = math.fsum(values) / n
-    if n == 1:
-        return mean, None
-    if not all(math.isfinite(v) for v in values):
-        return mean, math.nan
-    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+def _has(record: dict, stage: str, metric: str) -> bool:
+    value = record.get("metrics", {}).get(stage, {}).get(metric)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def choose_metrics(jobs: Sequence[Job], stage: str, requested: Sequence[str] | None) -> list[str]:
     complete = [j for j in jobs if j.status == "complete" and j.superseded_by is None]
-    present = lambda m: any(_lookup(j.record, stage, m) is not None for j in complete)  # noqa: E731
+    present = lambda m: any(_has(j.record, stage, m) for j in complete)  # noqa: E731
     if not requested:
         return [m for m in DEFAULT_METRICS if present(m) or not complete] + [m for m in OPTIONAL_METRICS if present(m)]
     missing = [m for m in requested if not present(m)]
     if missing and complete:
-        available = sorted({k for j in complete for k, v in j.record["metrics"][stage].items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        available = sorted({k for j in complete for k in j.record["metrics"][stage] if _has(j.record, stage, k)})
         raise AggregateError(
             f"--metrics {','.join(missing)}: no complete run has {'it' if len(missing) == 1 else 'them'} in "
             f"metrics.{stage}; expected some of: {', '.join(available)} (or another stage with --stage)")
     return list(requested)
 
 
-@dataclass
-class Row:
-    """One swept value (a tuple over the swept keys) and its runs."""
-
-    values: dict[str, Any]
-    jobs: list[Job] = field(default_factory=list)
-    stats: dict[str, dict] = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.jobs)
-
-    @property
-    def seeds(self) -> list:
-        return [j.seed for j in self.jobs]
-
-
-def group_rows(jobs: Sequence[Job], keys: Sequence[str], metrics: Sequence[str], stage: str) -> list[Row]:
-    groups: dict[tuple, Row] = {}
-    for job in jobs:
-        if job.status != "complete" or job.superseded_by is not None:
-            continue
-        ident = tuple(_norm(job.value(k)) for k in keys)
-        groups.setdefault(ident, Row(values=dict(zip(keys, ident)))).jobs.append(job)
-    rows = [groups[k] for k in sorted(groups, key=lambda t: tuple(_order(v) for v in t))]
-    for row in rows:
-        row.jobs.sort(key=lambda j: (_order(_norm(j.seed)), str(j.dir)))
-        for m in metrics:
-            vals = [_lookup(j.record, stage, m) for j in row.jobs]
-            present = [v for v in vals if v is not None]
-            mean, std = mean_std(present)
-            row.stats[m] = {"mean": mean, "std": std, "n": len(present), "values": vals}
-    return rows
-
-
 # --------------------------------------------------------------------------------------------------
-# the aggregate
+# the sweep as a generated table
 # --------------------------------------------------------------------------------------------------
 @dataclass
-class Aggregate:
+class Sweep:
+    """A multirun read as a table whose rows are generated: one row per swept value (``table.rows[i].sweep_values``), its
+    cells the jobs' runs (by config hash), rendered by the tables' own pipeline
+    (:func:`repdegen.reproduce.results.table_render.collect_rows` and ``render``)."""
+
     sweep_dirs: list[Path]
     stage: str
     swept: list[str]
     replicates: list[str]
     metrics: list[str]
-    rows: list[Row]
     jobs: list[Job]
     fixed: dict[str, Any]
+    table: Any  # DictConfig of repdegen.reproduce.runs.cells.TableConfig
+    cells: list  # repdegen.reproduce.runs.cells.Cell
+    runs_dir: Path | None
     optuna: dict | None = None
 
     @property
@@ -367,10 +307,44 @@ class Aggregate:
     def duplicates(self) -> list[Job]:
         return [j for j in self.jobs if j.status == "complete" and j.superseded_by is not None]
 
+    @property
+    def scale(self) -> str:
+        return _scale(self.jobs)
 
-def aggregate(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None = None, stage: str = "final",
-              replicates: Sequence[str] = DEFAULT_REPLICATES, runs_dir: str | Path | None = None) -> Aggregate:
-    """Read the jobs of one or more multirun folders and summarise them per swept value (no files written)."""
+
+def _scale(jobs: Sequence[Job]) -> str:
+    """The scale the complete runs ran at ("smoke", or "lite+smoke" for a mix)."""
+    return "+".join(sorted({str(j.record.get("scale", "?")) for j in jobs if j.record and j.status == "complete"})) or "none"
+
+
+def _notes(sweep_dirs: Sequence[Path], stage: str, replicates: Sequence[str], fixed: dict, live: list[Job],
+           optuna: dict | None) -> list[str]:
+    notes = [f"Runs of the sweep folder(s) {', '.join(f'`{d}`' for d in sweep_dirs)}: the metrics of stage `{stage}` of "
+             f"each run's `result.json`; one row per swept value, ours = the mean over its runs ± the sample sd "
+             f"(ddof 1; replicates: {', '.join(replicates) or 'none'})."]
+    notes.append("Figures beside this file: `sweep_<metric>.png` (each metric against the swept value, error bars: the "
+                 "sd over the runs), `curves.png` (validation PPL per epoch) and the embedding figures.")
+    if fixed:
+        notes.append("Same in every job: " + " ".join(f"`{k}={show(_norm(v))}`" for k, v in fixed.items()) + ".")
+    for j in live:
+        if j.status != "complete":
+            reason = " ".join((j.reason or "no reason recorded").split())
+            notes.append(f"Not complete: job `{j.dir}` ({' '.join(j.overrides)}) is **{j.status}**"
+                         + (f" [{j.config_hash}]" if j.config_hash else "") + f": {reason}")
+    if optuna:
+        best, value = optuna.get("best_params") or {}, optuna.get("best_value")
+        notes.append(f"Optuna: best value (what the jobs returned: the final validation PPL) "
+                     f"{value if not isinstance(value, float) else f'{value:.4g}'} at "
+                     + " ".join(f"`{k}={show(_norm(v))}`" for k, v in best.items()) + f" (`{optuna['file']}`).")
+    return notes
+
+
+def sweep_table(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None = None, stage: str = "final",
+                replicates: Sequence[str] = DEFAULT_REPLICATES, runs_dir: str | Path | None = None) -> Sweep:
+    """Read the jobs of one or more multirun folders and generate their table (nothing is written)."""
+    from omegaconf import OmegaConf
+    from repdegen.reproduce.runs.cells import Cell, TableConfig
+
     dirs = [Path(d) for d in sweep_dirs]
     if not dirs:
         raise AggregateError("no sweep directory given; expected one or more multirun folders: "
@@ -393,5 +367,29 @@ def aggregate(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None = 
             import yaml
 
             optuna = {"file": str(path), **(yaml.safe_load(path.read_text()) or {})}
-    return Aggregate(sweep_dirs=dirs, stage=stage, swept=keys, replicates=list(replicates), metrics=chosen,
-                     rows=group_rows(jobs, keys, chosen, stage), jobs=jobs, fixed=fixed, optuna=optuna)
+    done = [j for j in live if j.status == "complete"]
+    ledgers = sorted({str(j.runs_dir) for j in done})
+    if len(ledgers) > 1:
+        raise AggregateError(f"the complete jobs ran in {len(ledgers)} ledgers ({', '.join(ledgers)}); expected one: "
+                             f"copy their runs into one and pass it with --runs-dir")
+    groups: dict[tuple, list[Job]] = {}
+    for job in done:
+        groups.setdefault(tuple(_norm(job.value(k)) for k in keys), []).append(job)
+    rows, cells = [], []
+    for i, ident in enumerate(sorted(groups, key=lambda t: tuple(_order(v) for v in t))):
+        values = dict(zip(keys, ident))
+        rows.append({"label": " / ".join(show(v) for v in ident) or "all runs",
+                     "stage": stage, "sweep_values": {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}})
+        # the runs of a value are told apart by their seed; with other replicate keys, numbered 1, 2, ...
+        by_seed = list(replicates) == ["seed"] and len({j.seed for j in groups[ident]}) == len(groups[ident])
+        for k, job in enumerate(sorted(groups[ident], key=lambda j: (_order(_norm(j.seed)), str(j.dir))), 1):
+            cells.append(Cell([i], rows[-1]["label"], None, job.config_hash, job.seed if by_seed else k))
+    seeds = sorted({c.seed for c in cells})
+    what = ", ".join(f"`{k}`" for k in keys) or "nothing (every job has the same overrides apart from the replicates)"
+    labels = sorted({j.record.get("label", "?") for j in done})
+    table = OmegaConf.merge(OmegaConf.structured(TableConfig), {
+        "name": "sweep", "title": f"Sweep over {what}", "source": f"runs {', '.join(labels) or 'none complete'}",
+        "columns": chosen, "rows": rows, "notes": _notes(dirs, stage, replicates, fixed, live, optuna),
+        "swept": keys, "seeds": {_scale(done): seeds}})
+    return Sweep(dirs, stage, keys, list(replicates), chosen, jobs, fixed, table, cells,
+                 Path(ledgers[0]) if ledgers else None, optuna)
