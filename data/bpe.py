@@ -230,24 +230,16 @@ class BPETokenizer(FlatEncoding):
 
     # ---- persistence ----------------------------------------------------------------------------------
     def save(self, model_path: str | Path, meta: dict | None = None) -> None:
-        """Write ``<stem>.json`` (mapping) then ``<stem>.model`` (sentencepiece), each atomically; a cache
-        entry counts as present only when the model file exists, so it is written last."""
-        model_path = Path(model_path)
-        model_path.parent.mkdir(parents=True, exist_ok=True)
+        """Write ``<stem>.json`` (mapping) then ``<stem>.model`` (sentencepiece): :func:`save_model_pair`."""
         mapping = {"format": BPE_FORMAT, "order": self.order.tolist(), "counts": self.counts.tolist(),
                    "unk_literal": self.unk_literal, "key": self.key, "name": self.name, "restricted": self.restricted,
                    **(meta or {})}
-        for path, data in ((model_path.with_suffix(".json"), json.dumps(mapping).encode()), (model_path, self.model_proto)):
-            cache_write(path, lambda tmp, data=data: tmp.write_bytes(data))
-        self.path = str(model_path)
+        self.path = save_model_pair(model_path, mapping, self.model_proto)
 
     @classmethod
     def load(cls, model_path: str | Path) -> BPETokenizer:
         model_path = Path(model_path)
-        meta_path = model_path.with_suffix(".json")
-        if not model_path.is_file() or not meta_path.is_file():
-            raise DataError(f"no BPE model at {model_path} (with its mapping {meta_path.name}); train it with train_bpe")
-        meta = json.loads(meta_path.read_text())
+        meta = load_model_pair(model_path, "no BPE model at {model} (with its mapping {mapping}); train it with train_bpe")
         return cls(model_path.read_bytes(), meta["order"], meta["counts"], meta.get("unk_literal"), meta.get("key", ""),
                    meta.get("name", model_path.stem), str(model_path), restricted=bool(meta.get("restricted", False)))
 
@@ -261,6 +253,25 @@ class BPETokenizer(FlatEncoding):
         new_counts = counts[:N_SPECIALS].tolist() + counts[keep].tolist()
         return BPETokenizer(self.model_proto, self._our2sp[keep], new_counts, self.unk_literal, f"{self.key}-occurring",
                             self.name, None, restricted=True)
+
+
+def save_model_pair(model_path: str | Path, mapping: dict, model: bytes) -> str:
+    """A tokenizer on disk: ``<stem>.json`` (our id mapping) then ``model_path`` (the tokenizer's own file), each
+    atomically; a cache entry counts as present only when the model file exists, so it is written last."""
+    model_path = Path(model_path)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    for path, data in ((model_path.with_suffix(".json"), json.dumps(mapping).encode()), (model_path, model)):
+        cache_write(path, lambda tmp, data=data: tmp.write_bytes(data))
+    return str(model_path)
+
+
+def load_model_pair(model_path: Path, missing: str) -> dict:
+    """The id mapping saved beside ``model_path`` (:func:`save_model_pair`); a DataError ``missing`` (formatted with
+    ``model`` and ``mapping``) when either file is not there."""
+    meta_path = model_path.with_suffix(".json")
+    if not model_path.is_file() or not meta_path.is_file():
+        raise DataError(missing.format(model=model_path, mapping=meta_path.name))
+    return json.loads(meta_path.read_text())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -49,8 +49,18 @@ from typing import Any
 import numpy as np
 import torch
 from repdegen.core.errors import ConfigError, DataError
-from repdegen.core.files import cache_write
-from repdegen.data.bpe import BOS, EOS, N_SPECIALS, PAD, SPECIALS, UNK, FlatEncoding, _as_ids
+from repdegen.data.bpe import (
+    BOS,
+    EOS,
+    N_SPECIALS,
+    PAD,
+    SPECIALS,
+    UNK,
+    FlatEncoding,
+    _as_ids,
+    load_model_pair,
+    save_model_pair,
+)
 from repdegen.data.vocab import Vocab
 
 # bump when the line rule, the id mapping or the cached blob below change: old cached corpora are not reused
@@ -291,24 +301,17 @@ class ByteBPETokenizer(FlatEncoding):
 
     # ---- persistence ----------------------------------------------------------------------------------
     def save(self, model_path: str | Path, meta: dict | None = None) -> None:
-        """Write ``<stem>.json`` (mapping) then ``model_path`` (the tokenizer's JSON), each atomically."""
-        model_path = Path(model_path)
+        """Write ``<stem>.json`` (mapping) then ``model_path`` (the tokenizer's JSON): ``save_model_pair``."""
         mapping = {"format": BYTE_BPE_FORMAT, "tokenizer": "byte_bpe", "order": self.order.tolist(),
                    "counts": self.counts.tolist(), "key": self.key, "value": self.pretrained.value,
                    "source": self.pretrained.source, **(meta or {})}
-        for path, data in ((model_path.with_suffix(".json"), json.dumps(mapping).encode()),
-                           (model_path, self.hf.to_str().encode("utf-8"))):
-            cache_write(path, lambda tmp, data=data: tmp.write_bytes(data))
-        self.path = str(model_path)
+        self.path = save_model_pair(model_path, mapping, self.hf.to_str().encode("utf-8"))
 
     @classmethod
     def load(cls, model_path: str | Path) -> ByteBPETokenizer:
         model_path = Path(model_path)
-        meta_path = model_path.with_suffix(".json")
-        if not model_path.is_file() or not meta_path.is_file():
-            raise DataError(f"no byte-level BPE at {model_path} (with its mapping {meta_path.name}); a run saves them "
-                            f"there, or rebuild the corpus with dataset.tokenizer=byte_bpe")
-        meta = json.loads(meta_path.read_text())
+        meta = load_model_pair(model_path, "no byte-level BPE at {model} (with its mapping {mapping}); a run saves them "
+                                           "there, or rebuild the corpus with dataset.tokenizer=byte_bpe")
         tok = _tokenizers().Tokenizer.from_str(model_path.read_text(encoding="utf-8"))
         pre = Pretrained(tok, meta.get("value", ""), meta.get("source", str(model_path)), meta.get("key", ""))
         return cls(pre, meta["order"], meta["counts"], str(model_path))
