@@ -46,3 +46,58 @@ def test_fig1_run_uses_the_window_and_reports_the_subspace_distance(compose_cfg)
     PL, PW = L @ torch.linalg.pinv(L), W @ torch.linalg.pinv(W)
     assert d == pytest.approx(float(torch.linalg.norm(PL - PW) / math.sqrt(2 * L.shape[1])), rel=1e-6)
     assert 0.0 < d < 1.0
+
+
+def test_the_table_draws_both_panels_from_its_rows(tiny_data, tmp_path):
+    """`repdegen table table=inan2017_fig1` at smoke: figure.json holds, for each panel and curve, each run row's x
+    (its config's beta or tau), its distance as recorded, and the random-subspace level sqrt(1 - k/|V|) of its runs."""
+    import json
+
+    from hydra import initialize_config_dir
+    from repdegen.reproduce.runs.tables import run_table
+    from repdegen.reproduce.settings.config import CONF_DIR
+
+    from tests.test_table import compose_app
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("inan2017_fig1", "smoke", tmp_path, tiny_data)
+        assert run_table(app) == 0
+    out = Path(app.paths.tables_dir) / "inan2017_fig1" / "smoke"
+    assert (out / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    panels = json.loads((out / "figure.json").read_text())["panels"]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "runs").glob("*/result.json")]
+    by_point = {(r["config"]["objective"]["beta"], r["config"]["objective"]["temperature"]): r for r in records}
+    assert len(by_point) == 6  # the registered rows; the second reading runs at paper only
+    k = len(records[0]["metrics"]["final"]["singular_values"])
+    level = math.sqrt(1 - k / records[0]["corpus"]["vocab_size"])
+    (a, b) = panels
+    assert (a["x"], b["x"]) == ("objective.beta", "objective.temperature")
+    assert a["random_level"] == pytest.approx(level) and b["random_level"] == pytest.approx(level)
+    registered_a, constant_a = a["curves"]
+    assert [p["x"] for p in registered_a["points"]] == [0.0, 0.25, 0.5, 1.0]
+    for p in registered_a["points"]:
+        assert p["mean"] == pytest.approx(by_point[(p["x"], 10.0)]["metrics"]["final"]["subspace_distance"])
+        assert p["n"] == 1 and p["sd"] is None
+    assert [p["row"] for p in constant_a["points"]] == ["beta = 0"]  # the y~-constant rows are not run at smoke
+    assert [p["x"] for p in b["curves"][0]["points"]] == [2.0, 5.0, 10.0]
+    assert b["curves"][0]["points"][-1]["paper"] == 0.06  # beta = 1, tau = 10: the paper's "around 0.06"
+    assert json.loads((out / "cells.json").read_text())["figures"]["figure"].startswith("The figure's panels")
+
+
+def test_a_panel_naming_a_missing_row_or_key_is_one_error(tmp_path):
+    from hydra import initialize_config_dir
+    from repdegen.core.errors import ConfigError
+    from repdegen.reproduce.runs.cells import expand_cells
+    from repdegen.reproduce.settings.config import CONF_DIR
+
+    from tests.test_table import compose_app
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        app = compose_app("inan2017_fig1", "smoke", tmp_path)
+        app.table.panels[0].curves[0].rows.append("beta = 7")
+        with pytest.raises(ConfigError, match="names the row 'beta = 7', which is not a row"):
+            expand_cells(app)
+        app = compose_app("inan2017_fig1", "smoke", tmp_path)
+        app.table.panels[1].x = "objective.temprature"
+        with pytest.raises(ConfigError, match="has x: objective.temprature, which is not a key"):
+            expand_cells(app)

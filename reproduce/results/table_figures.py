@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from repdegen.reproduce.runs.archive import (
@@ -153,3 +154,91 @@ def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
                           categories={v: k for k, v in position.items()} if position else None)
         written[name] = f"{metric_label(m)} against {x_key or 'the runs'} ({what})"
     return written
+
+
+def _select(node, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def panel_points(table, rows, records: list[dict]) -> list[dict]:
+    """The numbers a figure table's panels draw (``table.panels``): per panel and curve, each row's x (its cells'
+    config value of ``panel.x``), the mean, sd and per-seed values of ``panel.metric`` and the paper's number; the
+    random-subspace level sqrt(1 - k / |V|) (k: the number of singular values of the final output embedding, |V|:
+    the vocabulary) where asked for."""
+    from repdegen.reproduce.results.claims import resolve_row
+
+    x_of: dict[int, dict[str, float]] = {}
+    for r in records:
+        for i in r.get("_rows", []):
+            x_of.setdefault(i, {})["config"] = r.get("config") or {}
+    level = None
+    for r in records:
+        k, n = len(r["metrics"].get("final", {}).get("singular_values") or []), (r.get("corpus") or {}).get("vocab_size")
+        if k and n:
+            level = math.sqrt(1 - k / n)
+            break
+    out = []
+    for panel in table.panels:
+        curves = []
+        for curve in panel.curves:
+            points = []
+            for ref in curve.rows:
+                i = resolve_row(table, ref, f"panel {panel.title!r}")
+                x = _select(x_of.get(i, {}).get("config"), panel.x)
+                seeds = {s: (v or {}).get(panel.metric) for s, v in rows[i].extra.get("seeds", {}).items()}
+                seeds = {s: v for s, v in seeds.items() if v is not None}
+                if x is None or not seeds:
+                    continue  # not run at this scale, or no complete seed yet
+                points.append({"row": ref, "x": float(x), "mean": rows[i].ours.get(panel.metric),
+                               "sd": (rows[i].extra.get("sd") or {}).get(panel.metric), "n": len(seeds),
+                               "seeds": {str(s): v for s, v in seeds.items()}, "paper": rows[i].paper.get(panel.metric)})
+            curves.append({"label": curve.label, "points": sorted(points, key=lambda p: p["x"])})
+        out.append({"title": panel.title, "x": panel.x, "metric": panel.metric, "curves": curves,
+                    "random_level": level if panel.random_level else None})
+    return out
+
+
+def render_panel_figures(table, rows, records: list[dict], out: Path, title: str) -> dict[str, str]:
+    """A figure table's panels (``table.panels``) as ``figure.png``, their numbers as ``figure.json``
+    (:func:`panel_points`); {file name: caption} of the figure, empty when no panel has a point."""
+    import matplotlib.pyplot as plt
+    from repdegen.analysis.embedding_figures import _save
+    from repdegen.core.files import atomic_write_json
+    from repdegen.reproduce.results.metrics import label as metric_label
+
+    panels = panel_points(table, rows, records)
+    if not any(p["points"] for panel in panels for p in panel["curves"]):
+        return {}
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for c, curve in enumerate(panel["curves"]):
+            pts, color = curve["points"], f"C{c % 10}"
+            if not pts:
+                continue
+            xs = [p["x"] for p in pts]
+            ax.errorbar(xs, [p["mean"] for p in pts], yerr=[p["sd"] or 0.0 for p in pts], color=color, marker="o",
+                        ms=4, capsize=3, lw=1.4, label=f"{curve['label']} (mean ± sd)")
+            for p in pts:
+                ax.scatter([p["x"]] * p["n"], list(p["seeds"].values()), s=9, color=color, alpha=0.35, lw=0)
+        papers = {(p["x"], p["paper"]) for curve in panel["curves"] for p in curve["points"] if p["paper"] is not None}
+        if papers:
+            ax.scatter(*zip(*sorted(papers)), marker="D", s=36, facecolors="none", edgecolors="k", label="paper", zorder=5)
+        if panel["random_level"] is not None:
+            ax.axhline(panel["random_level"], color="0.4", ls=":", lw=1,
+                       label=f"random subspaces ({panel['random_level']:.5f})")
+        ax.set_title(panel["title"], fontsize=10)
+        ax.set_xlabel(panel["x"])
+        ax.set_ylabel(metric_label(panel["metric"]))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    _save(fig, out / "figure.png")
+    atomic_write_json(out / "figure.json", {"panels": panels})
+    n = sorted({p["n"] for panel in panels for curve in panel["curves"] for p in curve["points"]})
+    runs = f"{n[0]}" if len(n) == 1 else f"{n[0]}–{n[-1]}"
+    return {"figure.png": f"The figure's panels: mean ± sd over {runs} run(s) a point, each run a dot; ◇ the paper's "
+                          f"number; dotted, two random subspaces (numbers: figure.json)"}

@@ -24,7 +24,11 @@ from repdegen.reproduce.results.provenance import (
     unchanged_generated,
 )
 from repdegen.reproduce.results.render import RenderedRow, to_csv, to_latex, to_markdown
-from repdegen.reproduce.results.table_figures import render_embedding_figures, render_sweep_figures
+from repdegen.reproduce.results.table_figures import (
+    render_embedding_figures,
+    render_panel_figures,
+    render_sweep_figures,
+)
 from repdegen.reproduce.runs.archive import (
     ARCHIVE_DIR,
     ARCHIVED_SCALES,
@@ -323,6 +327,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     figures = render_embedding_figures(records, Path(app.paths.runs_dir), out, f"{paper_short(t.source)}, scale {scale}")
     if swept:  # each column against the swept value
         figures |= render_sweep_figures(t, rows, out, f"{t.source} ({scale})")
+    if t.get("panels"):  # a figure table's own panels
+        figures |= render_panel_figures(t, rows, records, out, f"{t.title}, scale {scale}")
     ran = sorted({r["_seed"] for r in records if r.get("_seed") is not None})
     # {figure's file stem: caption}, in the order to show them (reproduce/results/report.py embeds them)
     figure_captions = ({"curves": "Validation perplexity per epoch of each row" + (

@@ -48,6 +48,27 @@ class TableRow:
 
 
 @dataclass
+class FigureCurve:
+    label: str = MISSING
+    # the rows of the curve's points ("<group> / <label>", or a label that is unique), in any order
+    rows: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FigurePanel:
+    """One panel of a figure table (Inan 2017 Fig. 1): ``metric`` against the config key ``x`` of each row's cells
+    (``objective.beta``), a curve per ``curves`` entry (mean ± sd over its seeds, each seed a dot), the rows' paper
+    numbers as open markers; ``random_level``: the expected subspace distance of two random subspaces of the cells'
+    embedding size in the vocabulary's dimensions, sqrt(1 - k / |V|), as a dotted line."""
+
+    title: str = MISSING
+    x: str = MISSING
+    metric: str = MISSING
+    curves: list[FigureCurve] = field(default_factory=list)
+    random_level: bool = False
+
+
+@dataclass
 class TableAnalyses:
     # greedy continuations of the first N 50-token test prefixes by 100 tokens (0: none): cont_uniq_mean, cont_uniq_total
     continuations: int = 0
@@ -74,6 +95,8 @@ class TableConfig:
     # analyses of the trained cells that the columns or claims read besides the runs' records, computed once per run
     # after it completes (reproduce/runs/trained.py): {continuations: 500} (Yu Tables 5/15: cont_uniq_mean)
     analyses: TableAnalyses = field(default_factory=lambda: TableAnalyses())
+    # a figure's panels, drawn from the rows (figure.png and figure.json beside the table)
+    panels: list[FigurePanel] = field(default_factory=list)
     # a sweep's table (generated rows, repdegen.reproduce.runs.sweeps): the swept keys, whose values the rows hold;
     # rendered with one figure per column against the first of them
     swept: list[str] = field(default_factory=list)
@@ -168,6 +191,7 @@ def expand_cells(app: DictConfig, memo: dict | None = None) -> list[Cell]:
     paths = [f"paths.{k}={v}" for k, v in OmegaConf.to_container(app.paths, resolve=True).items()]
     extra = list(app.overrides)
     validate_claims(app.table, scale_names())
+    validate_panels(app.table)
     cells: dict[str, Cell] = {}
     for i, row in enumerate(app.table.rows):
         if not runs_at(row, app.scale.name):
@@ -190,12 +214,29 @@ def expand_cells(app: DictConfig, memo: dict | None = None) -> list[Cell]:
                 what = as_user_error(err) or condense_hydra_error(err)
                 raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {what}") from None
             cfg, h = spec.cfg, spec.config_hash
+            for panel in app.table.get("panels") or []:
+                if OmegaConf.select(cfg, panel.x, default=None) is None:
+                    raise ConfigError(f"table {app.table.name}: panel {panel.title!r} has x: {panel.x}, which is not a key "
+                                      f"of the config of row {row.label!r}; expected a config key such as objective.beta")
             if h in cells:
                 cells[h].rows.append(i)
             else:
                 label = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}".strip()
                 cells[h] = Cell([i], label, cfg, h, seed, row.experiment, overrides)
     return list(cells.values())
+
+
+def validate_panels(table) -> None:
+    """A figure panel's rows are rows of the table and its metric is one of the table's columns."""
+    from repdegen.reproduce.results.claims import resolve_row
+
+    for panel in table.get("panels") or []:
+        if panel.metric not in table.columns:
+            raise ConfigError(f"table {table.name}: panel {panel.title!r} draws {panel.metric!r}, which is not a column; "
+                              f"expected one of {', '.join(table.columns)}")
+        for curve in panel.curves:
+            for ref in curve.rows:
+                resolve_row(table, ref, f"panel {panel.title!r}, curve {curve.label!r}")
 
 
 def selected_cells(app: DictConfig, cells: list[Cell]) -> list[Cell]:
