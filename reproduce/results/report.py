@@ -187,8 +187,8 @@ def more_page(results_dir: Path, generated: str) -> str | None:
             data = sorted(p for p in sub.iterdir() if p.suffix in (".json", ".csv"))
             if data:
                 page.para("Data: " + " · ".join(f"[{p.name}]({_rel(p, results_dir)})" for p in data) + ".")
-        page.para(f"Figures under `results/figures/` come from scripts (e.g. `scripts/{d.name}.py`) and are not "
-                  "re-rendered by this report.")
+        page.para("Figures under `results/figures/` were drawn outside the tables (each folder's notes say by what) "
+                  "and are not re-rendered by this report.")
     bench_dirs = sorted(d for d in (results_dir / "bench").glob("*") if d.is_dir())
     if bench_dirs:
         page.heading(2, "Benchmarks")
