@@ -335,6 +335,8 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
         f" (line: mean over seeds {', '.join(map(str, ran))}; band: min–max)" if len(ran) > 1 else "") + (
         "; dotted across: the paper's validation PPL of the row" if targets else "")} if curves else {})
     figure_captions |= {Path(f).stem: caption for f, caption in figures.items()}
+    if "figure" in figure_captions:  # a figure table's own panels first
+        figure_captions = {"figure": figure_captions.pop("figure"), **figure_captions}
     cells_out = []
     for r in rows:
         for seed, h in zip(r.extra.get("seeds", {}), (r.config_hash or "").split("+")):
