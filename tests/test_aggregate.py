@@ -230,3 +230,40 @@ def test_sweep_presets_compose_with_their_grid_and_the_callback(preset, key, obj
     assert cfg.objective.name == objective and cfg.hydra.runtime.choices.experiment == experiment
     assert set(cfg.hydra.sweeper.params) == {key, "seed"} and len(str(cfg.hydra.sweeper.params[key]).split(",")) >= 4
     assert cfg.hydra.callbacks.aggregate._target_ == "repdegen.reproduce.results.sweep_render.AggregateCallback"
+
+
+def test_sweep_figures_put_the_first_numeric_key_on_x_and_unset_rows_as_lines(tmp_path, monkeypatch):
+    """Hand-made rows of a sweep over objective.alpha x objective (a baseline row without alpha): one curve per
+    objective, the row without alpha a horizontal line; a categorical key alone gets positions 0, 1, ..."""
+    from repdegen.reproduce.results import table_figures
+    from repdegen.reproduce.results.render import RenderedRow
+    from repdegen.reproduce.runs.cells import TableConfig
+
+    drawn = []
+    monkeypatch.setattr("repdegen.analysis.sweep_figures.plot_sweep_metric",
+                        lambda series, path, *a, **k: drawn.append((path.name, series, k.get("categories"))))
+
+    def row(values, mean, sd):
+        return {"label": str(values), "sweep_values": values}, RenderedRow(
+            str(values), None, {}, {"test_ppl": mean}, "complete", extra={"sd": {"test_ppl": sd}, "n_done": 2})
+
+    made = [row({"objective.alpha": 0.01, "objective": "agg"}, 30.0, 1.0),
+            row({"objective.alpha": 0.03, "objective": "agg"}, 28.0, 0.5),
+            row({"objective.alpha": None, "objective": "mle"}, 35.0, 2.0)]
+    table = OmegaConf.merge(OmegaConf.structured(TableConfig), {
+        "name": "sweep", "title": "t", "source": "s", "columns": ["test_ppl"], "rows": [m[0] for m in made],
+        "swept": ["objective.alpha", "objective"]})
+    captions = table_figures.render_sweep_figures(table, [m[1] for m in made], tmp_path, "title")
+    assert list(captions) == ["sweep_test_ppl.png"]
+    ((name, series, categories),) = drawn
+    by_label = {s.label: s for s in series}
+    assert categories is None and sorted(by_label) == ["objective=agg", "objective=mle"]
+    agg, mle = by_label["objective=agg"], by_label["objective=mle"]
+    assert (agg.x, agg.mean, agg.std, agg.baseline) == ([0.01, 0.03], [30.0, 28.0], [1.0, 0.5], None)
+    assert (mle.x, mle.baseline) == ([], (35.0, 2.0))
+
+    drawn.clear()
+    table.swept = ["objective"]
+    table_figures.render_sweep_figures(table, [m[1] for m in made], tmp_path, "title")
+    ((_, series, categories),) = drawn
+    assert categories == {0.0: "agg", 1.0: "mle"} and series[0].x == [0.0, 0.0, 1.0]
