@@ -14,14 +14,15 @@ history): each takes the record (``result.json``) and returns a number or NaN.
   none: u_last + the trace interval (censored). Lags are in trace intervals (> 0: the rare group first; both censored:
   0); fractions are onset / u_last (<= 1: within the trace).
 - ``sv_norm_mean`` / ``sv_ratio_3_2`` from the recorded singular values, for records made before they were recorded
-  (analysis/geometry.py computes them for new runs).
+  (analysis/geometry.py computes them for new runs, and ``spectrum_metrics`` for older records).
+
+The metric registry (``repdegen.reproduce.results.metrics``) names, for each of these metrics, the function here that
+derives it (its entry's ``derive``); the tables' renderer computes them from each cell's record through it.
 """
 
 from __future__ import annotations
 
 import math
-
-from repdegen.analysis.geometry import spectrum_metrics
 
 
 def valid_ppl_curve_mean(record: dict) -> float:
@@ -75,11 +76,3 @@ def onset_metrics(record: dict) -> dict:
         out[f"onset_lag_{g}_rare"] = 0.0 if both else (onset[g] - onset["rare"]) / every
         out[f"onset_frac_{g}"] = onset[g] / u_last if u_last else float("nan")
     return {k: v for k, v in out.items() if math.isfinite(v)}
-
-
-def derived_metrics(record: dict, values: dict) -> dict:
-    """The record-level metrics a stage's values lack (``values``: that stage's recorded metrics)."""
-    out = {"valid_ppl_curve_mean": valid_ppl_curve_mean(record), **onset_metrics(record)}
-    if "sv_norm_mean" not in values and values.get("singular_values"):
-        out.update(spectrum_metrics(values["singular_values"]))
-    return out

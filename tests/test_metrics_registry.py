@@ -73,3 +73,31 @@ def test_translation_tables_do_not_offer_lm_metrics():
         columns = ["bleu"]
 
     assert "ppl_rare" not in table_metrics(Table) and "isotropy" in table_metrics(Table)
+
+
+def test_record_metrics_are_derived_through_their_registry_entry():
+    """The renderer's record-derived values come from the registry's ``derive``: the curve mean by hand, onset
+    metrics only where the record has a trace, the spectrum's for an older record that lacks them."""
+    from repdegen.reproduce.results.metrics import derived
+
+    record = {"config": {"trainer": {"max_epochs": 3}, "optim": {}},
+              "history": [{"stage": "train", "epoch": e, "valid_ppl": v} for e, v in ((1, 10.0), (2, 8.0), (3, 9.0))]}
+    out = derived(record, {})
+    assert out == {"valid_ppl_curve_mean": (10.0 + 8.0 + 8.0) / 3}  # the running best 10, 8, 8; no trace, no spectrum
+    out = derived(record, {"singular_values": [4.0, 2.0, 1.0]})
+    assert set(out) == {"valid_ppl_curve_mean", "sv_norm_mean", "sv_ratio_3_2"}
+    assert derived(record, {"singular_values": [4.0, 2.0, 1.0], "sv_norm_mean": 0.5, "sv_ratio_3_2": 0.5}) == {
+        "valid_ppl_curve_mean": pytest.approx(26 / 3)}  # what the stage recorded is not derived again
+    gap = dict(record, history=[record["history"][0], record["history"][2]])
+    assert math.isnan(derived(gap, {})["valid_ppl_curve_mean"])  # a gap in the history: not a curve
+
+
+def test_a_registered_metric_needs_a_new_name_and_a_known_source():
+    from repdegen.core.errors import ConfigError
+    from repdegen.reproduce.results.metrics import Metric, register_metric
+
+    with pytest.raises(ConfigError, match="'test_ppl' is registered already"):
+        register_metric(Metric("test_ppl", "Test PPL"))
+    with pytest.raises(ConfigError, match="source 'elsewhere' is not one of evaluation, final, record, analysis"):
+        register_metric(Metric("a_new_one", "A new one", source="elsewhere"))
+    assert "a_new_one" not in METRICS

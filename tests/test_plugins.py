@@ -104,6 +104,16 @@ class ToyLSTMConfig(LSTMLMConfig):
 class ToyLSTM(LSTMLanguageModel):
     """The LSTM LM under a name of its own: what a model from outside takes."""
 '''
+TOY_METRIC = '''
+from repdegen.reproduce.results.metrics import Metric, register_metric
+
+
+def epochs_run(record, values):
+    return float(sum(h.get("stage", "train") == "train" for h in record["history"]))
+
+
+register_metric(Metric("epochs_run", "Epochs run", better=None, source="record", derive=epochs_run))
+'''
 TOY_MODEL_YAML = "defaults:\n  - schema_toy_lstm\n  - _self_\nname: toy_lstm\nhidden_size: 40\nnum_layers: 1\n"
 TOY_TABLE = """defaults:
   - schema_table
@@ -111,7 +121,7 @@ TOY_TABLE = """defaults:
 name: toy_t1
 title: "A table of one's own: MLE against a scaled MLE"
 source: "the extension test (tests/test_plugins.py)"
-columns: [valid_ppl, test_ppl]
+columns: [valid_ppl, test_ppl, epochs_run]
 rows:
   - {label: MLE, experiment: inan2017/small, overrides: [objective=mle], paper: {valid_ppl: 100.0}}
   - {label: Scaled MLE, experiment: inan2017/small, overrides: [objective=scaled_mle], paper: {valid_ppl: 99.0}}
@@ -128,14 +138,16 @@ claims:
 
 def test_an_objective_a_model_and_a_table_from_a_temporary_folder_run_at_smoke(tmp_path, tiny_data):
     """The files each extension takes, counted: an objective is its module and its YAML, a model its module and its
-    YAML, a table its YAML; with REPDEGEN_PLUGINS and hydra.searchpath the table command runs all three."""
+    YAML, a table its YAML, a metric one registry entry (a module); with REPDEGEN_PLUGINS and hydra.searchpath the
+    table command runs them all, and renders the metric from each cell's record."""
     ext = tmp_path / "ext"
     files = {"scaled_mle.py": MODULE, "conf/objective/scaled_mle.yaml": YAML, "toy_lstm.py": TOY_MODEL,
-             "conf/model/toy_lstm.yaml": TOY_MODEL_YAML, "conf/table/toy_t1.yaml": TOY_TABLE}
+             "conf/model/toy_lstm.yaml": TOY_MODEL_YAML, "conf/table/toy_t1.yaml": TOY_TABLE,
+             "epochs_run.py": TOY_METRIC}
     for name, text in files.items():
         (ext / name).parent.mkdir(parents=True, exist_ok=True)
         (ext / name).write_text(text)
-    env = dict(os.environ, REPDEGEN_PLUGINS=f"{ext / 'scaled_mle.py'},{ext / 'toy_lstm.py'}",
+    env = dict(os.environ, REPDEGEN_PLUGINS=f"{ext / 'scaled_mle.py'},{ext / 'toy_lstm.py'},{ext / 'epochs_run.py'}",
                SCALED_MLE_MARK=str(tmp_path / "called"), OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-m", "repdegen.reproduce.table", "table=toy_t1", "scale=smoke",
                           f"hydra.searchpath=[file://{ext / 'conf'}]", f"paths.output_dir={tmp_path / 'out'}",
@@ -150,7 +162,14 @@ def test_an_objective_a_model_and_a_table_from_a_temporary_folder_run_at_smoke(t
     assert [r["choices"]["objective"] for r in records] == ["mle", "scaled_mle", "mle"]
     assert records[2]["config"]["model"]["arch"] == "toy_lstm" and records[2]["config"]["model"]["num_layers"] == 1
     assert (tmp_path / "called").read_text() == "0.25"
+    # the metric, derived from each cell's record by its registry entry: its epochs, by hand from the records
+    import csv
+
+    with open(tmp_path / "tables" / "toy_t1" / "smoke" / "table.csv") as f:
+        rendered = {r["label"]: r for r in csv.DictReader(f)}
+    for c, r in zip(cells, records):
+        assert float(rendered[c["label"]]["epochs_run_ours"]) == len([h for h in r["history"] if h["stage"] == "train"])
     # the counts docs/architecture.md states
     per_extension = {"objective": [n for n in files if "scaled_mle" in n], "model": [n for n in files if "toy_lstm" in n],
-                     "table": [n for n in files if "table/" in n]}
-    assert {k: len(v) for k, v in per_extension.items()} == {"objective": 2, "model": 2, "table": 1}
+                     "table": [n for n in files if "table/" in n], "metric": [n for n in files if "epochs_run" in n]}
+    assert {k: len(v) for k, v in per_extension.items()} == {"objective": 2, "model": 2, "table": 1, "metric": 1}

@@ -16,6 +16,7 @@ downstream needs a second list.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 GROUPS = ("frequent", "medium", "rare")
@@ -25,8 +26,8 @@ KINDS = ("ppl", "count", "bleu", "params", "ratio", "number")  # how a value pri
 #   evaluation  recorded at every evaluation during training (analysis/metrics.py, analysis/geometry.py) and at the end
 #   final       computed from the trained model at the end (the task's final_extras, reproduce/engine/tasks.py;
 #               reproduce/engine/stages.py final_metrics)
-#   record      derived from the run record when it is rendered (analysis/record_metrics.py derived_metrics; the
-#               parameter count and the gains over the baseline, reproduce/results/table_render.py)
+#   record      derived from the run record when it is rendered: the entry's ``derive`` (analysis/record_metrics.py),
+#               or (the parameter count, the gains over the baseline) reproduce/results/table_render.py
 #   analysis    a table's analysis of its trained cells (``analyses:``, reproduce/runs/trained.py)
 SOURCES = ("evaluation", "final", "record", "analysis")
 
@@ -82,6 +83,9 @@ class Metric:
     recorded: bool = False  # every run of its task records it (besides a table's columns)
     source: str = "evaluation"  # SOURCES
     analysis: str | None = None  # source "analysis": given by this analysis of a table's (``analyses:``)
+    # its value from a run record, ``derive(record, stage_values)`` -> a number or None: how the renderer computes a
+    # source "record" metric (and fills a recorded one an older record lacks)
+    derive: Callable[[dict, dict], float | None] | None = None
 
     @property
     def kind(self) -> str:
@@ -139,8 +143,27 @@ def sd_places(sd) -> int | None:
     return places
 
 
-def _m(name, label=None, better=None, task="any", recorded=False, source="evaluation", analysis=None) -> Metric:
-    return Metric(name, label or name, better, task, recorded, "analysis" if analysis else source, analysis)
+def _m(name, label=None, better=None, task="any", recorded=False, source="evaluation", analysis=None,
+       derive=None) -> Metric:
+    return Metric(name, label or name, better, task, recorded, "analysis" if analysis else source, analysis, derive)
+
+
+def _from_record(function: str, key: str | None = None, spectrum: bool = False):
+    """A ``derive`` that calls ``repdegen.analysis.record_metrics.<function>`` on the record (imported when first
+    used), or ``repdegen.analysis.geometry.<function>`` on the stage's recorded singular values (``spectrum``);
+    ``key``: the entry of the dict it returns."""
+    def derive(record: dict, values: dict):
+        from repdegen.analysis import geometry, record_metrics
+
+        fn = getattr(geometry if spectrum else record_metrics, function)
+        if spectrum:
+            out = fn(values["singular_values"]) if values.get("singular_values") else {}
+        else:
+            out = fn(record)
+        value = out.get(key) if key is not None else out
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return derive
 
 
 _ALL = [
@@ -150,12 +173,15 @@ _ALL = [
     _m("isotropy", "I(W)", "higher", recorded=True),
     _m("mean_cos", "Mean cos", "lower", recorded=True),
     *(_m(n, recorded=True) for n in (
-        "frac_pos_cos", "centroid_ratio", "sv_norm_mean", "sv_ratio_3_2", "cos_excess_rare", "drift_cos_unseen",
+        "frac_pos_cos", "centroid_ratio", "cos_excess_rare", "drift_cos_unseen",
         "drift_cos_rare_unseen", "drift_cos_frequent_unseen", "drift_cos_gap_rare_frequent")),
-    # sv_norm_mean and sv_ratio_3_2 are also derived from the recorded spectrum of a record that lacks them; the
-    # record's history and the baseline's row give these
+    # recorded at every evaluation, and derived from the recorded spectrum of an older record that lacks them
+    *(_m(n, recorded=True, derive=_from_record("spectrum_metrics", n, spectrum=True))
+      for n in ("sv_norm_mean", "sv_ratio_3_2")),
+    # the baseline's row gives these (reproduce/results/table_render.py add_gains); the record's history this one
     *(_m(n, recorded=True, source="record") for n in ("valid_ppl_gain", "test_ppl_gain")),
-    _m("valid_ppl_curve_mean", better="lower", recorded=True, source="record"),
+    _m("valid_ppl_curve_mean", better="lower", recorded=True, source="record",
+       derive=_from_record("valid_ppl_curve_mean")),
     # reproduce/engine/stages.py final_metrics: a pass over the validation split when never-seen rows exist
     _m("frac_h_neg_drift_unseen", recorded=True, source="final"),
     # language models, from the trained model (reproduce/engine/tasks.py final_extras)
@@ -166,7 +192,7 @@ _ALL = [
     *(_m(n, task="lm", recorded=True, source="final") for n in (
         "uniq_target", "uniq_rare_over_human", "nn_rare_frac", "p_unk_nontarget", "p_articles_nontarget")),
     # analysis/record_metrics.py, from the group-geometry trace (trainer.analysis.geometry_every)
-    *(_m(n, task="lm", recorded=True, source="record") for n in (
+    *(_m(n, task="lm", recorded=True, source="record", derive=_from_record("onset_metrics", n)) for n in (
         "onset_lag_medium_rare", "onset_lag_frequent_rare", "onset_frac_medium", "onset_frac_frequent",
         *(f"degeneration_onset_{g}" for g in GROUPS))),
     *(_m(f"ppl_{g}", f"PPL {g}", "lower", "lm", True, "final") for g in GROUPS),
@@ -185,6 +211,34 @@ _ALL = [
 ]
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 assert len(METRICS) == len(_ALL), "a metric is registered twice"
+
+
+def register_metric(m: Metric) -> Metric:
+    """Add a metric to the registry (a plugin's, ``REPDEGEN_PLUGINS``): a table can then name it as a column or in a
+    claim; one with ``derive`` is computed from each cell's record when the table is rendered."""
+    from repdegen.core.errors import ConfigError
+
+    if m.name in METRICS:
+        raise ConfigError(f"metric {m.name!r} is registered already; expected a new name (the registered ones: "
+                          f"reproduce/results/metrics.py)")
+    if m.source not in SOURCES:
+        raise ConfigError(f"metric {m.name!r}: source {m.source!r} is not one of {', '.join(SOURCES)}")
+    _ALL.append(m)
+    METRICS[m.name] = m
+    return m
+
+
+def derived(record: dict, values: dict) -> dict[str, float]:
+    """The values of the registered metrics with a ``derive`` that ``values`` (a stage's recorded metrics) lacks,
+    from the run ``record``; a metric its record has nothing for (no trace, no spectrum) is left out, one it cannot
+    compute (a gap in the history) is NaN."""
+    out = {}
+    for m in _ALL:
+        if m.derive is not None and m.name not in values:
+            value = m.derive(record, values)
+            if value is not None:
+                out[m.name] = float(value)
+    return out
 
 
 def metric(name: str) -> Metric:

@@ -60,12 +60,12 @@ def run_label_of(rows, indices: list[int]) -> str:
 
 def _cell_values(record: dict, stage: str) -> dict[str, float | None]:
     """A complete cell's numbers at a row's stage: every metric the stage recorded, and ``params``."""
-    from repdegen.analysis.record_metrics import derived_metrics
+    from repdegen.reproduce.results.metrics import derived
 
     recorded = record["metrics"].get(stage, {})
     values = {k: v for k, v in recorded.items() if isinstance(v, (int, float))}
     values["params"] = record["parameters"]["total"] / 1e6
-    for k, v in derived_metrics(record, recorded).items():
+    for k, v in derived(record, recorded).items():  # the registry's metrics derived from the record
         values.setdefault(k, v)
     return values
 
