@@ -38,6 +38,19 @@ def test_counts_only_drops_of_at_least_min_delta_below_the_best_that_counted():
     assert "epoch   6" in printed[-1] and "0.1 %" in printed[-1]
 
 
+def test_an_objective_below_zero_must_fall_min_delta_of_its_size_below_the_best():
+    """J_tot of Inan 2017 Fig. 1 at its float noise floor goes below 0: -0.5376 is the best; -0.5373 (above it) and
+    -0.5378 (0.04 % below) do not count, -0.5385 (0.17 % below) does."""
+    tr, _ = fake_trainer(patience=5, min_delta=0.001)
+    for e, x in enumerate([0.2, -0.5376, -0.5373, -0.5378, -0.5385], 1):
+        Stages.train_objective_stops(tr, x, e)
+    assert tr.state.best_train_loss == -0.5385 and tr.state.epochs_since_train_best == 0
+    tr, _ = fake_trainer(patience=5, min_delta=0.001)
+    for e, x in enumerate([-0.5376, -0.5373, -0.5378], 1):
+        Stages.train_objective_stops(tr, x, e)
+    assert tr.state.best_train_loss == -0.5376 and tr.state.epochs_since_train_best == 2
+
+
 def test_nan_loss_is_no_improvement_and_valid_mode_counts_nothing():
     tr, _ = fake_trainer(patience=0, min_delta=0.0)
     assert not Stages.train_objective_stops(tr, 5.0, 1)

@@ -121,7 +121,10 @@ class Stages:
         s, t = self.state, self.t
         if t.get("early_stopping_on", "valid") != "train":
             return False
-        if loss < s.best_train_loss * (1 - t.get("early_stopping_min_delta", 0.0)):  # NaN: no improvement
+        best = s.best_train_loss
+        # "at least min_delta below the best", also for an objective below 0 (J_tot at its float noise floor)
+        bar = best - t.get("early_stopping_min_delta", 0.0) * abs(best) if math.isfinite(best) else best
+        if loss < bar:  # NaN: no improvement
             s.best_train_loss, s.epochs_since_train_best = loss, 0
         else:
             s.epochs_since_train_best += 1
