@@ -28,3 +28,20 @@ def test_a_bad_value_is_one_error_line(command, what, tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("repdegen: error:") and named in lines[0], out.stderr
     assert "Traceback" not in out.stderr and "To append" not in out.stderr and not (tmp_path / "outputs").exists()
+
+
+GROUPS = ("model", "dataset", "objective", "optim", "trainer", "logger", "experiment", "budget", "scale")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("group", GROUPS)
+def test_an_unknown_option_of_every_config_group_is_one_error_line(group, tmp_path):
+    """``repdegen train <group>=nope`` for each group of the training config: one line naming the group and its
+    options (the experiment: the presets that exist), exit status 2."""
+    code = "import sys; from repdegen.reproduce.cli import main; sys.argv[0] = 'repdegen'; main()"
+    out = subprocess.run([sys.executable, "-c", code, "train", f"{group}=nope", f"hydra.run.dir={tmp_path}/h"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("repdegen: error:"), out.stderr[-2000:]
+    assert (f"the options of {group} are" in lines[0]) or (group == "experiment" and "expected one of" in lines[0])
+    assert "Traceback" not in out.stderr and not (tmp_path / "outputs").exists()
