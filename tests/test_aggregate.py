@@ -147,9 +147,12 @@ def test_failed_and_unfinished_jobs_are_listed(sweep, tmp_path):
     assert bad["3"].config_hash == h3
     assert bad["5"].status == "missing" and f"no ledger run {bad['5'].config_hash} in {runs}" in bad["5"].reason
     assert [Path(j.dir).name for j in agg.duplicates] == ["4"]
-    assert [(r.sweep_values["objective.gamma"], sum(i in c.rows for c in agg.cells)) for i, r in enumerate(agg.table.rows)] \
-        == [(0.1, 1), (10.0, 1)]
+    # each value's row holds its jobs' runs, the unfinished ones too: 0.1 seeds 1 (complete) and 2 (failed); 10 seeds
+    # 1 (complete), 2 (raised) and 7 (never started)
+    assert [(r.sweep_values["objective.gamma"], sorted(c.seed for c in agg.cells if i in c.rows))
+            for i, r in enumerate(agg.table.rows)] == [(0.1, [1, 2]), (10.0, [1, 2, 7])]
     md = (sweep_copy / "table.md").read_text()
+    assert "| 0.1 (1/2 seeds) |" in md and "| 10 (1/3 seeds) |" in md
     assert "**failed**" in md and "the loss became nan at update 3" in md and "CUDA out of memory" in md
     on_disk = sweep_record(sweep_copy)["sweep"]["jobs"]
     assert sorted(Path(j["job_dir"]).name for j in on_disk if j["status"] != "complete") == ["1", "3", "5"]

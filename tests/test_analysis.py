@@ -377,13 +377,14 @@ def test_figures_write_png_files(tmp_path):
             "Freeze": [{"iso": {"rare": 0.9}}, {"other": 1}]}
     assert is_png(plot_metric_over_training(hist, ["iso.rare", "iso.frequent"], tmp_path / "hist.png", "I(W)"))
     assert is_png(plot_rare_group_size([1, 2, 3], [500, 300, 350], tmp_path / "rare.png"))
-    # Yu Fig. 5: a metric against alpha, mean +- sample std over seeds (the sweep aggregation's statistics and plot)
+    # Yu Fig. 5: a metric against alpha, mean +- sample std over seeds (a sweep table's figure)
+    import statistics
+
     from repdegen.analysis.sweep_figures import SweepSeries, plot_sweep_metric
-    from repdegen.reproduce.runs.sweeps import mean_std
 
     rows = [{"alpha": a, "seed": s, "ppl": 20 + a + s, "uniq": 100 * a, "isotropy": 0.5} for a in (0.01, 0.03) for s in (1, 2)]
     alphas = sorted({r["alpha"] for r in rows})
-    stats = [mean_std([r["ppl"] for r in rows if r["alpha"] == a]) for a in alphas]
+    stats = [(statistics.fmean(v), statistics.stdev(v)) for v in ([r["ppl"] for r in rows if r["alpha"] == a] for a in alphas)]
     m, sd = [x for x, _ in stats], [y for _, y in stats]
     n = [sum(r["alpha"] == a for r in rows) for a in alphas]
     assert alphas == [0.01, 0.03] and m == pytest.approx([21.51, 21.53]) and n == [2, 2]

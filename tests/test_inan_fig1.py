@@ -78,7 +78,9 @@ def test_the_table_draws_both_panels_from_its_rows(tiny_data, tmp_path):
     for p in registered_a["points"]:
         assert p["mean"] == pytest.approx(by_point[(p["x"], 10.0)]["metrics"]["final"]["subspace_distance"])
         assert p["n"] == 1 and p["sd"] is None
-    assert [p["row"] for p in constant_a["points"]] == ["beta = 0"]  # the y~-constant rows are not run at smoke
+    # the y~-constant rows are not run at smoke: its one point is the registered curve's beta = 0, not drawn again
+    assert [p["row"] for p in constant_a["points"]] == ["beta = 0"] and constant_a["drawn"] is False
+    assert registered_a["drawn"] is True
     assert [p["x"] for p in b["curves"][0]["points"]] == [2.0, 5.0, 10.0]
     assert b["curves"][0]["points"][-1]["paper"] == 0.06  # beta = 1, tau = 10: the paper's "around 0.06"
     assert json.loads((out / "cells.json").read_text())["figures"]["figure"].startswith("The figure's panels")
@@ -99,5 +101,9 @@ def test_a_panel_naming_a_missing_row_or_key_is_one_error(tmp_path):
             expand_cells(app)
         app = compose_app("inan2017_fig1", "smoke", tmp_path)
         app.table.panels[1].x = "objective.temprature"
-        with pytest.raises(ConfigError, match="has x: objective.temprature, which is not a key"):
+        with pytest.raises(ConfigError, match="has x: objective.temprature, which is not a numeric key .* None"):
+            expand_cells(app)
+        app = compose_app("inan2017_fig1", "smoke", tmp_path)
+        app.table.panels[1].x = "objective.target_grad"
+        with pytest.raises(ConfigError, match="not a numeric key of the config of row 'beta = 1' .*'official'"):
             expand_cells(app)

@@ -41,11 +41,11 @@ def run(sweep_dirs: Sequence[str | Path], out: str | Path | None = None, metrics
     ledger = Ledger(ledger_dir)
     rows, records = collect_rows(app, sweep.cells, ledger)
     render(app, rows, records, ledger, out=out_dir, extra=_jobs(sweep))
-    print(f"repdegen: aggregated {len(sweep.cells)} complete run(s) over {', '.join(sweep.swept) or 'no swept key'} "
+    print(f"repdegen: aggregated {len(sweep.complete)} complete run(s) over {', '.join(sweep.swept) or 'no swept key'} "
           f"({len(rows)} value(s)) -> {out_dir / 'table.md'}")
     for j in sweep.not_complete:
         print(f"repdegen: warning: job {j.dir} is {j.status}: {' '.join((j.reason or 'no reason recorded').split())}")
-    if require_complete and not sweep.cells:
+    if require_complete and not sweep.complete:
         raise AggregateError(
             f"none of the {len(sweep.jobs)} job(s) in {', '.join(map(str, sweep.sweep_dirs))} is complete (reasons in "
             f"{out_dir / 'table.md'}); expected at least one finished run: fix the failures and run the sweep again "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from repdegen.reproduce.runs.archive import (
     ensure_projection,
     keep_figure_aside,
@@ -113,8 +114,10 @@ def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
     2022 Fig. 5)."""
     from repdegen.analysis.sweep_figures import SweepSeries, plot_sweep_metric
     from repdegen.reproduce.results.metrics import label as metric_label
+    from repdegen.reproduce.runs.sweeps import _norm, show
 
-    values = [dict(r.sweep_values) for r in table.rows]
+    values = [{k: (tuple(v) if isinstance(v, list) else v) for k, v in OmegaConf.to_container(r.sweep_values).items()}
+              for r in table.rows]
     done = [i for i, r in enumerate(rows) if r.extra.get("n_done")]
     if not done:
         return {}
@@ -129,7 +132,7 @@ def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
     others = [k for k in keys if k != x_key]
     position = None
     if x_key is not None and x_key not in numeric:  # a categorical key (e.g. objective=mle,agg)
-        position = {n: float(k) for k, n in enumerate(sorted({str(values[i][x_key]) for i in done}))}
+        position = {n: float(k) for k, n in enumerate(sorted({show(_norm(values[i][x_key])) for i in done}))}
     counts = sorted({rows[i].extra["n_done"] for i in done})
     what = ("one run per value" if counts == [1] else
             f"mean ± sd over runs (n = {counts[0]}{f'-{counts[-1]}' if len(counts) > 1 else ''})")
@@ -137,8 +140,8 @@ def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
     for m in table.columns:
         series: dict[str, SweepSeries] = {}
         for i in done:
-            s = series.setdefault(", ".join(f"{k}={values[i][k]}" for k in others),
-                                  SweepSeries(label=", ".join(f"{k}={values[i][k]}" for k in others)))
+            name = ", ".join(f"{k}={show(_norm(values[i][k]))}" for k in others)
+            s = series.setdefault(name, SweepSeries(label=name))
             mean, sd = rows[i].ours.get(m), (rows[i].extra.get("sd") or {}).get(m)
             if mean is None:
                 continue
@@ -146,7 +149,7 @@ def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
             if x is None and x_key is not None:
                 s.baseline = (mean, sd)
                 continue
-            s.x.append(0.0 if x is None else (position[str(x)] if position else float(x)))
+            s.x.append(0.0 if x is None else (position[show(_norm(x))] if position else float(x)))
             s.mean.append(mean)
             s.std.append(sd)
         name = "sweep_" + "".join(c if c.isalnum() or c in "._-" else "_" for c in m) + ".png"
@@ -196,7 +199,10 @@ def panel_points(table, rows, records: list[dict]) -> list[dict]:
                 points.append({"row": ref, "x": float(x), "mean": rows[i].ours.get(panel.metric),
                                "sd": (rows[i].extra.get("sd") or {}).get(panel.metric), "n": len(seeds),
                                "seeds": {str(s): v for s, v in seeds.items()}, "paper": rows[i].paper.get(panel.metric)})
-            curves.append({"label": curve.label, "points": sorted(points, key=lambda p: p["x"])})
+            seen = {p["row"] for c in curves if c["drawn"] for p in c["points"]}
+            # a curve whose every point another curve draws already (a shared row, the other rows not run) is not drawn
+            curves.append({"label": curve.label, "points": sorted(points, key=lambda p: p["x"]),
+                           "drawn": bool(points) and not {p["row"] for p in points} <= seen})
         out.append({"title": panel.title, "x": panel.x, "metric": panel.metric, "curves": curves,
                     "random_level": level if panel.random_level else None})
     return out
@@ -217,7 +223,7 @@ def render_panel_figures(table, rows, records: list[dict], out: Path, title: str
     for ax, panel in zip(axes[0], panels):
         for c, curve in enumerate(panel["curves"]):
             pts, color = curve["points"], f"C{c % 10}"
-            if not pts:
+            if not curve["drawn"]:
                 continue
             xs = [p["x"] for p in pts]
             ax.errorbar(xs, [p["mean"] for p in pts], yerr=[p["sd"] or 0.0 for p in pts], color=color, marker="o",

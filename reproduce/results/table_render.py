@@ -365,7 +365,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     atomic_write_bytes(out / "table.md", lambda f: f.write(markdown.encode()))
     atomic_write_bytes(out / "table.tex", lambda f: f.write(latex.encode()))
     atomic_write_json(out / "cells.json", cells_record)
-    if scale in ARCHIVED_SCALES:  # the records this rendering was made from, committed with it (reproduce/runs/archive.py)
+    if scale in ARCHIVED_SCALES and not swept:  # the records it was made from, committed with it (reproduce/runs/archive.py)
         archived = archive_records(out, records, Path(app.paths.runs_dir))
         if archived:
             print(f"repdegen: kept {len(archived)} run record file(s) of complete cells under {out / ARCHIVE_DIR}/ "

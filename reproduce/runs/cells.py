@@ -215,15 +215,24 @@ def expand_cells(app: DictConfig, memo: dict | None = None) -> list[Cell]:
                 raise UserError(f"table {app.table.name}, row {row.label!r} ({where}): {what}") from None
             cfg, h = spec.cfg, spec.config_hash
             for panel in app.table.get("panels") or []:
-                if OmegaConf.select(cfg, panel.x, default=None) is None:
-                    raise ConfigError(f"table {app.table.name}: panel {panel.title!r} has x: {panel.x}, which is not a key "
-                                      f"of the config of row {row.label!r}; expected a config key such as objective.beta")
+                x = OmegaConf.select(cfg, panel.x, default=None)
+                if i in panel_rows(app.table, panel) and (isinstance(x, bool) or not isinstance(x, (int, float))):
+                    raise ConfigError(f"table {app.table.name}: panel {panel.title!r} has x: {panel.x}, which is not a "
+                                      f"numeric key of the config of row {row.label!r} (it is {x!r}); expected a number "
+                                      f"such as objective.beta")
             if h in cells:
                 cells[h].rows.append(i)
             else:
                 label = f"{row.experiment} {' '.join(row.overrides + at_scale + with_seed)}".strip()
                 cells[h] = Cell([i], label, cfg, h, seed, row.experiment, overrides)
     return list(cells.values())
+
+
+def panel_rows(table, panel) -> set[int]:
+    """The indices of the rows a figure panel draws."""
+    from repdegen.reproduce.results.claims import resolve_row
+
+    return {resolve_row(table, ref, f"panel {panel.title!r}") for curve in panel.curves for ref in curve.rows}
 
 
 def validate_panels(table) -> None:

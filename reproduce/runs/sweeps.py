@@ -311,10 +311,23 @@ class Sweep:
     def scale(self) -> str:
         return _scale(self.jobs)
 
+    @property
+    def complete(self) -> list[Job]:
+        return [j for j in self.jobs if j.status == "complete" and j.superseded_by is None]
+
 
 def _scale(jobs: Sequence[Job]) -> str:
     """The scale the complete runs ran at ("smoke", or "lite+smoke" for a mix)."""
     return "+".join(sorted({str(j.record.get("scale", "?")) for j in jobs if j.record and j.status == "complete"})) or "none"
+
+
+def _literal(value):
+    """A text kept as written in the generated table's config (OmegaConf would resolve a ``${...}`` in it)."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return value
 
 
 def _notes(sweep_dirs: Sequence[Path], stage: str, replicates: Sequence[str], fixed: dict, live: list[Job],
@@ -368,28 +381,30 @@ def sweep_table(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None 
 
             optuna = {"file": str(path), **(yaml.safe_load(path.read_text()) or {})}
     done = [j for j in live if j.status == "complete"]
-    ledgers = sorted({str(j.runs_dir) for j in done})
+    ledgers = sorted({str(Path(j.runs_dir).resolve()) for j in done})
     if len(ledgers) > 1:
         raise AggregateError(f"the complete jobs ran in {len(ledgers)} ledgers ({', '.join(ledgers)}); expected one: "
                              f"copy their runs into one and pass it with --runs-dir")
+    # a value's row holds every job that got a config hash: its unfinished runs show as "(k/n seeds)"
     groups: dict[tuple, list[Job]] = {}
-    for job in done:
+    for job in (j for j in live if j.config_hash):
         groups.setdefault(tuple(_norm(job.value(k)) for k in keys), []).append(job)
     rows, cells = [], []
     for i, ident in enumerate(sorted(groups, key=lambda t: tuple(_order(v) for v in t))):
         values = dict(zip(keys, ident))
-        rows.append({"label": " / ".join(show(v) for v in ident) or "all runs",
-                     "stage": stage, "sweep_values": {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}})
+        rows.append({"label": _literal(" / ".join(show(v) for v in ident) or "all runs"), "stage": stage,
+                     "sweep_values": {k: _literal(list(v) if isinstance(v, tuple) else v) for k, v in values.items()}})
         # the runs of a value are told apart by their seed; with other replicate keys, numbered 1, 2, ...
         by_seed = list(replicates) == ["seed"] and len({j.seed for j in groups[ident]}) == len(groups[ident])
         for k, job in enumerate(sorted(groups[ident], key=lambda j: (_order(_norm(j.seed)), str(j.dir))), 1):
             cells.append(Cell([i], rows[-1]["label"], None, job.config_hash, job.seed if by_seed else k))
-    seeds = sorted({c.seed for c in cells})
+    seeds = sorted({c.seed for c in cells if c.seed is not None})
     what = ", ".join(f"`{k}`" for k in keys) or "nothing (every job has the same overrides apart from the replicates)"
     labels = sorted({j.record.get("label", "?") for j in done})
     table = OmegaConf.merge(OmegaConf.structured(TableConfig), {
-        "name": "sweep", "title": f"Sweep over {what}", "source": f"runs {', '.join(labels) or 'none complete'}",
-        "columns": chosen, "rows": rows, "notes": _notes(dirs, stage, replicates, fixed, live, optuna),
+        "name": "sweep", "title": _literal(f"Sweep over {what}"),
+        "source": _literal(f"runs {', '.join(labels) or 'none complete'}"), "columns": chosen, "rows": rows,
+        "notes": [_literal(n) for n in _notes(dirs, stage, replicates, fixed, live, optuna)],
         "swept": keys, "seeds": {_scale(done): seeds}})
     return Sweep(dirs, stage, keys, list(replicates), chosen, jobs, fixed, table, cells,
                  Path(ledgers[0]) if ledgers else None, optuna)
