@@ -270,3 +270,17 @@ def test_sweep_figures_put_the_first_numeric_key_on_x_and_unset_rows_as_lines(tm
     table_figures.render_sweep_figures(table, [m[1] for m in made], tmp_path, "title")
     ((_, series, categories),) = drawn
     assert categories == {0.0: "agg", 1.0: "mle"} and series[0].x == [0.0, 0.0, 1.0]
+
+
+def test_a_generated_tables_texts_stay_as_written():
+    """An override such as model.embedding_size=${model.hidden_size} shared by every job goes into the table's notes
+    as written: the generated config does not try to resolve it."""
+    from repdegen.reproduce.runs.cells import TableConfig
+    from repdegen.reproduce.runs.sweeps import _literal
+
+    note = "Same in every job: `model.embedding_size=${model.hidden_size}`."
+    table = OmegaConf.merge(OmegaConf.structured(TableConfig), {
+        "name": "sweep", "title": "t", "source": "s", "notes": [_literal(note)],
+        "rows": [{"label": _literal("${x}"), "sweep_values": {"k": _literal(["${y}", 1])}}]})
+    assert list(table.notes) == [note] and table.rows[0].label == "${x}"
+    assert OmegaConf.to_container(table.rows[0].sweep_values, resolve=True) == {"k": ["${y}", 1]}
