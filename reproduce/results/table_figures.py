@@ -116,8 +116,8 @@ def render_sweep_figures(table, rows, out: Path, title: str) -> dict[str, str]:
     from repdegen.reproduce.results.metrics import label as metric_label
     from repdegen.reproduce.runs.sweeps import _norm, show
 
-    values = [{k: (tuple(v) if isinstance(v, list) else v) for k, v in OmegaConf.to_container(r.sweep_values, resolve=True).items()}
-              for r in table.rows]
+    values = [{k: (tuple(v) if isinstance(v, list) else v)
+               for k, v in OmegaConf.to_container(r.sweep_values, resolve=True).items()} for r in table.rows]
     done = [i for i, r in enumerate(rows) if r.extra.get("n_done")]
     if not done:
         return {}
