@@ -140,3 +140,30 @@ def test_plan_command_lists_the_cells_and_trains_nothing(tmp_path):
     assert any(line.strip().startswith("AGG ") for line in lines)
     assert "device-hours to go" in out.stdout
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_runs_committed_with_the_tables_count_as_done_and_pace_the_plan(tmp_path, bench):
+    """A complete record under results/tables/<t>/paper/records/ is a measurement and a done cell though the ledger
+    lacks it; a record that is not complete, or does not read, is neither."""
+    from repdegen.reproduce.runs.plan import PlannedCell, committed_records, plan_total
+
+    record = {"config_hash": "aaa", "status": "complete", "config": {"model": {"name": "vd_lstm_small"},
+                                                                     "objective": {"name": "al"},
+                                               "trainer": {"bptt": 35}},
+              "hardware": {"device": "cpu", "cpu": "Some CPU"}, "corpus": {"used_tokens": {"train": 6000}},
+              "history": [{"epoch_seconds": s, "valid_seconds": 0.0} for s in (2.0, 3.0, 4.0)]}
+    for h, rec in (("aaa", record), ("bbb", dict(record, status="failed"))):
+        (tmp_path / "t1" / "paper" / "records" / h).mkdir(parents=True)
+        (tmp_path / "t1" / "paper" / "records" / h / "result.json").write_text(json.dumps(rec))
+    (tmp_path / "t1" / "paper" / "records" / "ccc").mkdir()
+    (tmp_path / "t1" / "paper" / "records" / "ccc" / "result.json").write_text("{not json")
+    committed = committed_records(tmp_path)
+    assert list(committed) == ["aaa"]
+    (run,) = ledger_measurements(committed)
+    assert run.tokens_per_s == pytest.approx(6000 / 3.0) and run.device == "cpu"
+    rate = rate_of(cell_cfg(model="vd_lstm_small", objective="al", bptt=35), "cpu", bench + [run], None)
+    assert (rate.tokens_per_s, rate.how) == (pytest.approx(2000.0), "ledger")
+    cells = [PlannedCell("a", "aaa", "committed", 1.0, "took 1 h", rate, 0.0, 1),
+             PlannedCell("b", "ddd", "missing", 1.0, "1 epoch", rate, 2.0, 1)]
+    assert plan_total(cells) == ("total: 2 cells, 1 complete (1 committed with the tables, not in the ledger: "
+                                 "restore=true); 2.0 device-hours to go")

@@ -290,12 +290,31 @@ def cell_name(table, cell: Cell) -> str:
     return name + (f", seed {cell.seed}" if cell.seed is not None else "")
 
 
-def plan_cells(cells: list[Cell], ledger: Ledger, device: str, bench: list[Measured], table=None) -> list[PlannedCell]:
-    records = [r for c in cells if (r := ledger.load(c.config_hash)) is not None]
+def committed_records(tables_dir: Path) -> dict[str, dict]:
+    """{hash: record} of the complete runs committed with the tables (``results/tables/<t>/paper/records/``): a cell
+    there is done though the ledger lacks it (``restore=true`` brings it back), and its epochs pace the plan."""
+    from repdegen.core.loaders import load_run_record
+    from repdegen.reproduce.runs.archive import archived_records
+
+    out = {}
+    for h, folder in archived_records(Path(tables_dir)).items():
+        try:
+            record = load_run_record(folder / "result.json", "restore it from git")
+        except Exception:  # noqa: BLE001 - a record that does not read is no measurement; restore=true names it
+            continue
+        if record.get("status") == STATUS_COMPLETE:
+            out[h] = record
+    return out
+
+
+def plan_cells(cells: list[Cell], ledger: Ledger, device: str, bench: list[Measured], table=None,
+               committed: dict[str, dict] | None = None) -> list[PlannedCell]:
+    committed = committed or {}
+    records = [r for c in cells if (r := ledger.load(c.config_hash) or committed.get(c.config_hash)) is not None]
     flops: dict[tuple, float | None] = {}
     out = []
     for c in cells:
-        cfg, record = c.cfg, ledger.load(c.config_hash)
+        cfg, record = c.cfg, ledger.load(c.config_hash) or committed.get(c.config_hash)
         key = (cfg.model.name, cfg.dataset.name, cfg.trainer.bptt)
         if key not in flops:
             vocab = cfg.dataset.get("vocab_size") or ((cfg.dataset.get("bpe_vocab_size") or 0) + 4) or 10000
@@ -306,7 +325,7 @@ def plan_cells(cells: list[Cell], ledger: Ledger, device: str, bench: list[Measu
         if record is None:
             state, left = "missing", full
         elif record.get("status") == STATUS_COMPLETE:
-            state, left = "complete", 0.0
+            state, left = ("complete" if ledger.load(c.config_hash) else "committed"), 0.0
             if record.get("wall_time_s"):
                 bound = f"took {record['wall_time_s'] / 3600:.1f} h"
         else:
@@ -353,8 +372,11 @@ def format_plan(table: str, scale: str, device: str, planned: list[PlannedCell])
 def plan_total(planned: list[PlannedCell]) -> str:
     known = [p.hours_left for p in planned if p.hours_left is not None]
     unknown = sum(p.hours_left is None for p in planned)
-    done = sum(p.state == "complete" for p in planned)
-    return (f"total: {len(planned)} cells, {done} complete; {sum(known):,.1f} device-hours to go"
+    done = sum(p.state in ("complete", "committed") for p in planned)
+    committed = sum(p.state == "committed" for p in planned)
+    return (f"total: {len(planned)} cells, {done} complete" + (f" ({committed} committed with the tables, not in the "
+                                                               f"ledger: restore=true)" if committed else "")
+            + f"; {sum(known):,.1f} device-hours to go"
             + (f" (+ {unknown} cell(s) without an estimate)" if unknown else ""))
 
 
@@ -383,10 +405,13 @@ def plan_tables(expanded: list[tuple[DictConfig, list[Cell]]], device: str | Non
     ledger = Ledger(first.paths.runs_dir)
     every = {c.config_hash for _, cells in expanded for c in cells}
     records = {h: r for h in every if (r := ledger.load(h)) is not None}
-    bench = load_measurements(bench_dir) + ledger_measurements(records)
+    committed = committed_records(Path(first.paths.tables_dir))
+    # the ledger's runs, then every complete run committed with any table (its pace on the hardware it names)
+    bench = load_measurements(bench_dir) + ledger_measurements(records | {h: r for h, r in committed.items()
+                                                                          if h not in records})
     parts, distinct, per_table = [], {}, []
     for app, cells in expanded:
-        planned = plan_cells(cells, ledger, key, bench, app.table)
+        planned = plan_cells(cells, ledger, key, bench, app.table, committed)
         distinct.update({p.config_hash: p for p in planned})
         per_table.append((app.table.name, planned))
         parts.append(format_plan(app.table.name, app.scale.name, key, planned))
