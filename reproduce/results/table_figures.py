@@ -174,10 +174,10 @@ def panel_points(table, rows, records: list[dict]) -> list[dict]:
     the vocabulary) where asked for."""
     from repdegen.reproduce.results.claims import resolve_row
 
-    x_of: dict[int, dict[str, float]] = {}
+    config_of: dict[int, dict] = {}  # a row's config (its seeds differ only in the seed)
     for r in records:
         for i in r.get("_rows", []):
-            x_of.setdefault(i, {})["config"] = r.get("config") or {}
+            config_of.setdefault(i, r.get("config") or {})
     level = None
     for r in records:
         k, n = len(r["metrics"].get("final", {}).get("singular_values") or []), (r.get("corpus") or {}).get("vocab_size")
@@ -191,7 +191,7 @@ def panel_points(table, rows, records: list[dict]) -> list[dict]:
             points = []
             for ref in curve.rows:
                 i = resolve_row(table, ref, f"panel {panel.title!r}")
-                x = _select(x_of.get(i, {}).get("config"), panel.x)
+                x = _select(config_of.get(i), panel.x)
                 seeds = {s: (v or {}).get(panel.metric) for s, v in rows[i].extra.get("seeds", {}).items()}
                 seeds = {s: v for s, v in seeds.items() if v is not None}
                 if x is None or not seeds:
