@@ -194,13 +194,6 @@ def barrier() -> None:
         dist.barrier(group=_CONTROL_GROUP)
 
 
-def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """Sum ``tensor`` over the ranks, in place, on the default group (gradients: on the device)."""
-    if is_distributed():
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
-
-
 def sum_over_ranks(*values: float) -> list[float]:
     """Each value summed over the ranks (float64 on the control group): metric sums and counts."""
     if not is_distributed():
