@@ -284,3 +284,13 @@ def test_a_generated_tables_texts_stay_as_written():
         "rows": [{"label": _literal("${x}"), "sweep_values": {"k": _literal(["${y}", 1])}}]})
     assert list(table.notes) == [note] and table.rows[0].label == "${x}"
     assert OmegaConf.to_container(table.rows[0].sweep_values, resolve=True) == {"k": ["${y}", 1]}
+
+
+def test_runs_told_apart_by_more_than_their_seed_are_numbered_not_called_seeds(sweep, tmp_path):
+    """With gamma a replicate too, the four runs are one row ("all runs"), numbered 1-4: the header names no seeds,
+    a note says so, and cells.json keeps each job's own seed."""
+    agg = run_aggregate([sweep], out=tmp_path, replicates=["seed", "objective.gamma"])
+    assert [r.label for r in agg.table.rows] == ["all runs"] and sorted(c.seed for c in agg.cells) == [1, 2, 3, 4]
+    md = (tmp_path / "table.md").read_text()
+    assert "Seeds:" not in md and "numbered 1, 2, ..." in md and "| all runs |" in md
+    assert sorted(j["seed"] for j in sweep_record(tmp_path)["sweep"]["jobs"]) == [1, 1, 2, 2]

@@ -389,22 +389,28 @@ def sweep_table(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None 
     groups: dict[tuple, list[Job]] = {}
     for job in (j for j in live if j.config_hash):
         groups.setdefault(tuple(_norm(job.value(k)) for k in keys), []).append(job)
-    rows, cells = [], []
+    rows, cells, numbered = [], [], False
     for i, ident in enumerate(sorted(groups, key=lambda t: tuple(_order(v) for v in t))):
         values = dict(zip(keys, ident))
         rows.append({"label": _literal(" / ".join(show(v) for v in ident) or "all runs"), "stage": stage,
                      "sweep_values": {k: _literal(list(v) if isinstance(v, tuple) else v) for k, v in values.items()}})
         # the runs of a value are told apart by their seed; with other replicate keys, numbered 1, 2, ...
         by_seed = list(replicates) == ["seed"] and len({j.seed for j in groups[ident]}) == len(groups[ident])
+        numbered |= not by_seed
         for k, job in enumerate(sorted(groups[ident], key=lambda j: (_order(_norm(j.seed)), str(j.dir))), 1):
             cells.append(Cell([i], rows[-1]["label"], None, job.config_hash, job.seed if by_seed else k))
-    seeds = sorted({c.seed for c in cells if c.seed is not None})
+    # run numbers are not seeds: then the header names none (cells.json keeps each job's own seed)
+    seeds = [] if numbered else sorted({c.seed for c in cells if c.seed is not None})
+    notes = _notes(dirs, stage, replicates, fixed, live, optuna)
+    if numbered:
+        notes.insert(1, "The runs of a value are numbered 1, 2, ... (replicates other than the seed, or two runs of one "
+                        "seed); each job's own seed is in cells.json.")
     what = ", ".join(f"`{k}`" for k in keys) or "nothing (every job has the same overrides apart from the replicates)"
     labels = sorted({j.record.get("label", "?") for j in done})
     table = OmegaConf.merge(OmegaConf.structured(TableConfig), {
         "name": "sweep", "title": _literal(f"Sweep over {what}"),
         "source": _literal(f"runs {', '.join(labels) or 'none complete'}"), "columns": chosen, "rows": rows,
-        "notes": [_literal(n) for n in _notes(dirs, stage, replicates, fixed, live, optuna)],
+        "notes": [_literal(n) for n in notes],
         "swept": keys, "seeds": {_scale(done): seeds}})
     return Sweep(dirs, stage, keys, list(replicates), chosen, jobs, fixed, table, cells,
                  Path(ledgers[0]) if ledgers else None, optuna)
