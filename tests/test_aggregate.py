@@ -294,3 +294,20 @@ def test_runs_told_apart_by_more_than_their_seed_are_numbered_not_called_seeds(s
     md = (tmp_path / "table.md").read_text()
     assert "Seeds:" not in md and "numbered 1, 2, ..." in md and "| all runs |" in md
     assert sorted(j["seed"] for j in sweep_record(tmp_path)["sweep"]["jobs"]) == [1, 1, 2, 2]
+
+
+def test_a_run_with_a_non_finite_metric_is_named_and_its_values_mean_is_the_others(sweep, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(sweep.parent / "out" / "runs", runs)
+    jobs = {Path(j["job_dir"]).name: j for j in sweep_record(sweep)["sweep"]["jobs"]}
+    path = runs / jobs["0"]["config_hash"] / "result.json"
+    rec = json.loads(path.read_text())
+    rec["metrics"]["final"]["isotropy"] = float("nan")
+    path.write_text(json.dumps(rec))
+    other = json.loads((runs / jobs["1"]["config_hash"] / "result.json").read_text())["metrics"]["final"]["isotropy"]
+    run_aggregate([sweep], out=tmp_path / "agg", metrics=["isotropy"], runs_dir=runs)
+    md = (tmp_path / "agg" / "table.md").read_text()
+    assert f"Not finite: job `{sweep / '0'}` [{jobs['0']['config_hash']}] has isotropy = nan" in md
+    with open(tmp_path / "agg" / "table.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["label"] == "0.1")
+    assert float(row["isotropy_ours"]) == pytest.approx(other) and row["isotropy_sd"] == ""

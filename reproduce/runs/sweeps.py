@@ -331,7 +331,7 @@ def _literal(value):
 
 
 def _notes(sweep_dirs: Sequence[Path], stage: str, replicates: Sequence[str], fixed: dict, live: list[Job],
-           optuna: dict | None) -> list[str]:
+           optuna: dict | None, metrics: Sequence[str] = ()) -> list[str]:
     notes = [f"Runs of the sweep folder(s) {', '.join(f'`{d}`' for d in sweep_dirs)}: the metrics of stage `{stage}` of "
              f"each run's `result.json`; one row per swept value, ours = the mean over its runs ± the sample sd "
              f"(ddof 1; replicates: {', '.join(replicates) or 'none'})."]
@@ -344,6 +344,12 @@ def _notes(sweep_dirs: Sequence[Path], stage: str, replicates: Sequence[str], fi
             reason = " ".join((j.reason or "no reason recorded").split())
             notes.append(f"Not complete: job `{j.dir}` ({' '.join(j.overrides)}) is **{j.status}**"
                          + (f" [{j.config_hash}]" if j.config_hash else "") + f": {reason}")
+            continue
+        odd = [f"{m} = {v}" for m in metrics if _has(j.record, stage, m)
+               and not math.isfinite(v := j.record["metrics"][stage][m])]
+        if odd:  # a table's mean is over the finite values of its runs
+            notes.append(f"Not finite: job `{j.dir}` [{j.config_hash}] has {', '.join(odd)}; its value's mean and sd "
+                         f"are over the other runs")
     if optuna:
         best, value = optuna.get("best_params") or {}, optuna.get("best_value")
         notes.append(f"Optuna: best value (what the jobs returned: the final validation PPL) "
@@ -401,7 +407,7 @@ def sweep_table(sweep_dirs: Sequence[str | Path], metrics: Sequence[str] | None 
             cells.append(Cell([i], rows[-1]["label"], None, job.config_hash, job.seed if by_seed else k))
     # run numbers are not seeds: then the header names none (cells.json keeps each job's own seed)
     seeds = [] if numbered else sorted({c.seed for c in cells if c.seed is not None})
-    notes = _notes(dirs, stage, replicates, fixed, live, optuna)
+    notes = _notes(dirs, stage, replicates, fixed, live, optuna, chosen)
     if numbered:
         notes.insert(1, "The runs of a value are numbered 1, 2, ... (replicates other than the seed, or two runs of one "
                         "seed); each job's own seed is in cells.json.")
