@@ -1,12 +1,19 @@
-"""Stale references (reproduce/results/stale.py): hand-made Markdown in a tmp repository -> one message per path it
+"""Stale references (scripts/check_references.py): hand-made Markdown in a tmp repository -> one message per path it
 names that does not exist (file and line), nothing for existing paths, templates, URLs, anchors, run output and
-fenced code; and `repdegen report --check` reports them for a results folder."""
+fenced code; its command line over a results folder; and none in this repository's committed Markdown."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from repdegen.reproduce.results import report
-from repdegen.reproduce.results.stale import check_stale_references, code_span_path, stale_references, top_level_names
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from check_references import check_stale_references, code_span_path, main, stale_references, top_level_names  # noqa: E402
 
 NOTES = """\
 # Notes
@@ -97,9 +104,14 @@ def test_fix_hints_point_at_the_source_of_rendered_text(repo):
     ]
 
 
-def test_check_report_lists_stale_references(tmp_path, capsys):
-    """A results folder whose pages are up to date but whose sanity note names a config that is gone: --check fails
-    on the note and on the generated page that includes it (more.md; paths looked up in this repository)."""
+def test_the_command_lists_stale_references_of_a_results_folder(tmp_path, capsys):
+    """A rendered results folder whose sanity note names a config that is gone: the command fails on the note and on
+    the generated page that includes it (more.md), each with its fix; once the note is fixed and the pages rewritten,
+    it passes."""
+    for d in ("conf/dataset", "conf/budget", "docs"):
+        (tmp_path / d).mkdir(parents=True)
+    for f in ("conf/dataset/ptb.yaml", "conf/budget/inan2017_small_lite.yaml", "README.md"):
+        (tmp_path / f).write_text("x\n")
     results = tmp_path / "results"
     (results / "sanity").mkdir(parents=True)
     (results / "tables").mkdir()  # a results folder (none rendered yet)
@@ -107,14 +119,21 @@ def test_check_report_lists_stale_references(tmp_path, capsys):
     note = results / "sanity" / "check.md"
     note.write_text("# A check\n\nBudget in `conf/scale_patch/inan2017/small/lite.yaml`; data in `conf/dataset/ptb.yaml`.\n")
     report.write_report(results)
-    problems = report.check_report(results)
+    problems = check_stale_references(results)
     assert len(problems) == 2
-    in_readme = next(p for p in problems if p.startswith(f"{results / 'more.md'}:"))
+    in_readme = next(p for p in problems if p.startswith("results/more.md:"))
     assert "names conf/scale_patch/inan2017/small/lite.yaml" in in_readme and "repdegen report" in in_readme
-    assert f"{note}:3: names conf/scale_patch/inan2017/small/lite.yaml, which does not exist" in _paths(problems)
-    assert report.main(["--check", "--results", str(results)]) == 1
-    assert "conf/scale_patch/inan2017/small/lite.yaml" in capsys.readouterr().err
+    assert "results/sanity/check.md:3: names conf/scale_patch/inan2017/small/lite.yaml, which does not exist" in _paths(problems)
+    assert main(["--repo", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "conf/scale_patch/inan2017/small/lite.yaml" in err and "2 stale reference(s)" in err
 
     note.write_text("# A check\n\nBudget in `conf/budget/inan2017_small_lite.yaml`; data in `conf/dataset/ptb.yaml`.\n")
     report.write_report(results)
-    assert report.check_report(results) == []
+    assert check_stale_references(results) == [] and main(["--repo", str(tmp_path)]) == 0
+
+
+def test_the_committed_markdown_names_no_missing_path():
+    """results/**/*.md, README.md and docs/*.md of this repository name only paths that exist."""
+    problems = check_stale_references(REPO / "results", REPO)
+    assert problems == [], "\n".join(problems[:40])

@@ -372,10 +372,6 @@ def check_report(results_dir: Path, conf_dir: Path = CONF_DIR) -> list[str]:
     headline = claims_headline(pages["README.md"])
     if headline and project.is_file() and STATUS_START in project.read_text() and headline not in project.read_text():
         diff.append(f"{project}: the claims status line is not {headline!r}")
-    # repository paths named in results/*.md, README.md and docs/*.md that no longer exist
-    from repdegen.reproduce.results.stale import check_stale_references
-
-    diff += check_stale_references(Path(results_dir), Path(conf_dir).resolve().parent)
     return diff
 
 

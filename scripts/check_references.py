@@ -1,4 +1,7 @@
-"""Stale references: repository paths that Markdown files name but that no longer exist.
+"""Stale references: repository paths that the Markdown files of the repository name but that no longer exist.
+
+    python scripts/check_references.py          # results/**/*.md, README.md, docs/*.md; exit 1 and one line each
+    python scripts/check_references.py FILE.md  # only these files
 
     stale_references([Path("results/NOTES.md"), Path("README.md")], Path("."))
     # ['results/NOTES.md:12: names conf/scale_patch/, which does not exist; fix: edit results/NOTES.md']
@@ -22,8 +25,10 @@ Example names in how-tos (a component starting ``my_`` or ``my-``: ``losses/my_o
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import unquote
@@ -191,8 +196,8 @@ def stale_references(paths: Iterable[Path], repo_root: Path) -> list[str]:
 
 
 def report_markdown_files(results_dir: Path) -> list[Path]:
-    """The Markdown files `repdegen report --check` scans: every *.md under results/, and README.md and
-    docs/*.md of the project that holds results/ (its parent folder)."""
+    """The Markdown files checked by default: every *.md under results/, and README.md and docs/*.md of the project
+    that holds results/ (its parent folder)."""
     results_dir = Path(results_dir)
     project = results_dir.resolve().parent
     files = sorted(p for p in results_dir.rglob("*.md") if p.is_file())
@@ -203,6 +208,26 @@ def report_markdown_files(results_dir: Path) -> list[Path]:
 
 def check_stale_references(results_dir: Path, repo_root: Path | None = None) -> list[str]:
     """The stale references in the files ``report_markdown_files(results_dir)`` lists. Paths are looked up in
-    ``repo_root`` (default: results/'s parent; ``check_report`` passes its config folder's parent, the repository)."""
+    ``repo_root`` (default: results/'s parent, the repository)."""
     repo_root = Path(results_dir).resolve().parent if repo_root is None else Path(repo_root)
     return stale_references(report_markdown_files(results_dir), repo_root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="List the repository paths that Markdown files name but that do "
+                                     "not exist (exit 1 if there are any).")
+    parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default: results/**/*.md, README.md, "
+                        "docs/*.md)")
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the repository the paths are looked up in (default: this script's)")
+    args = parser.parse_args(argv)
+    files = args.files or report_markdown_files(args.repo / "results")
+    problems = stale_references(files, args.repo)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"{len(problems)} stale reference(s) in {len(files)} Markdown file(s)", file=sys.stderr if problems else sys.stdout)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
