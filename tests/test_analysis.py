@@ -425,3 +425,43 @@ def test_mean_unseen_drift_by_hand():
     want = torch.tensor([sum(unseen) / len(unseen) * c for c in (1.0, -1.0, 0.0, 2.0)], dtype=torch.float64)
     assert torch.allclose(mean_unseen_drift(weight, init, counts, specials=[0]), want)
     assert mean_unseen_drift(weight[:10], init[:10], counts[:10], specials=[0]) is None  # under MIN_GROUP unseen rows
+
+
+# ---- the final metrics of a trained LM (analysis/final.py) --------------------------------------------------------
+
+
+def test_lm_final_metrics_match_the_per_token_loop_and_the_formulas():
+    """On a tiny untied word-level LM whose vocabulary has <unk> and the articles: the group metrics are
+    group_metrics' own, the non-target masses those of a per-token loop, the subspace distance the formula's, and a
+    tied model or a vocabulary without the words drops those entries."""
+    from types import SimpleNamespace
+
+    from repdegen.analysis.final import lm_final_metrics
+
+    words = ["the", "<unk>", "a", "<eos>", "an"] + [f"w{i}" for i in range(V - 5)]
+    vocab = Vocab(words, torch.arange(V, 0, -1))
+    test = zipf_stream(240, seed=3)
+    corpus = SimpleNamespace(vocab=vocab, test=test, tokenizer=None)
+    groups = frequency_groups(vocab.counts)
+    model = tiny_lm(tie=False)
+    got = lm_final_metrics(model, corpus, groups, [], (3, 7, 0), "cpu")
+
+    ref = group_metrics(model, test, groups, batch_size=3, bptt=7, device="cpu")
+    assert got["uniq"] == ref["uniq"] and got["ppl_rare"] == ref["groups"]["rare"]["ppl"]
+    assert got["uniq_rare_over_human"] == pytest.approx(ref["groups"]["rare"]["uniq"] / ref["groups"]["rare"]["uniq_target"])
+    sets = {"p_unk_nontarget": [1], "p_articles_nontarget": [2, 4, 0]}
+    expected = {name: [] for name in sets}
+    for y, lp in position_log_probs(model, test, 3):
+        for name, members in sets.items():
+            if y not in members:
+                expected[name].append(float(lp.exp()[members].sum()))
+    for name, values in expected.items():
+        assert got[name] == pytest.approx(sum(values) / len(values), rel=1e-5)
+    L, W = model.input_embedding.detach().double(), model.output_embedding.detach().double()
+    ql, qw = np.linalg.qr(L.numpy())[0], np.linalg.qr(W.numpy())[0]
+    cosines = np.clip(np.linalg.svd(ql.T @ qw, compute_uv=False), 0, 1)  # of the principal angles
+    assert got["subspace_distance"] == pytest.approx(float(np.sqrt(np.mean(1 - cosines**2))), abs=1e-9)
+
+    tied = lm_final_metrics(tiny_lm(tie=True), SimpleNamespace(vocab=Vocab([f"w{i}" for i in range(V)], vocab.counts),
+                                                                test=test, tokenizer=None), None, [], (3, 7, 0), "cpu")
+    assert tied == {}

@@ -243,69 +243,13 @@ class LMTask:
         bs = t.test_batch_size
         return bs, t.test_bptt or self.eval_bptt(bs), t.test_context
 
-    # Inan et al. 2017, Sec. 6.4: the probability of <unk>, and of the articles, where they are not the next word
-    MASS_SETS = {"p_unk_nontarget": ("<unk>",), "p_articles_nontarget": ("a", "an", "the")}
-
-    def nontarget_mass(self, model) -> dict:
-        """``p_unk_nontarget`` / ``p_articles_nontarget`` on the test split, for a word-level vocabulary that has
-        those words (PTB, WikiText-2): one pass read as the test PPL is (analysis/groups.py ``group_metrics``)."""
-        from repdegen.analysis.groups import group_metrics
-
-        stoi = self.corpus.vocab.stoi
-        sets = {name: [stoi[w] for w in words] for name, words in self.MASS_SETS.items()
-                if self.corpus.tokenizer is None and all(w in stoi for w in words)}
-        if not sets:
-            return {}
-        from repdegen.analysis.geometry import finite_only
-
-        bs, bptt, context = self.test_reading()
-        return finite_only(group_metrics(model, self.corpus.test, {}, bs, bptt, self.device, mass_sets=sets,
-                                         context=context)["mass"])
-
     def final_extras(self, model, run_dir: Path, tag: str) -> dict:
-        """The degeneration metrics of ``trainer.analysis`` on the test split (Yu et al. 2022)."""
+        """The degeneration metrics of ``trainer.analysis`` on the test split (:mod:`repdegen.analysis.final`)."""
+        from repdegen.analysis.final import lm_final_metrics
+
         a = self.t.analysis
-        out: dict = {}
-        if a.groups:
-            from repdegen.analysis.groups import group_cosines, group_isotropy, group_metrics
-
-            vocab = self.corpus.vocab
-            groups = self.groups()
-            bs, bptt, context = self.test_reading()
-            forbid = [vocab.stoi["<pad>"]] if "<pad>" in vocab.stoi else []
-            m = group_metrics(model, self.corpus.test, groups, bs, bptt, self.device, forbid=forbid, context=context)
-            out["uniq"], out["uniq_target"] = m["uniq"], m["uniq_target"]
-            for name, g in m["groups"].items():
-                out[f"ppl_{name}"], out[f"uniq_{name}"] = g["ppl"], g["uniq"]
-                out[f"uniq_target_{name}"] = g["uniq_target"]
-            rare_targets = m["groups"].get("rare", {}).get("uniq_target")
-            # Yu Table 3: the rare group's distinct predictions against the test targets' own (the "Human" row)
-            if rare_targets:
-                out["uniq_rare_over_human"] = out["uniq_rare"] / rare_targets
-            weight = model.output_embedding.detach().float()
-            for name, value in group_isotropy(weight, groups).items():
-                if name != "total":
-                    out[f"isotropy_{name}"] = value
-            out["cos_rare_frequent"] = group_cosines(weight, groups)["rare_frequent"]
-            from repdegen.analysis.geometry import finite_only, nn_rare_frac
-            from repdegen.analysis.groups import group_ids
-
-            out.update(finite_only({"nn_rare_frac": nn_rare_frac(weight, group_ids(groups["rare"], weight.shape[0]),
-                                                                 self.special_ids())}))
-        out.update(self.nontarget_mass(model))
-        if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
-            from repdegen.analysis.inspection import subspace_distance
-
-            out["subspace_distance"] = subspace_distance(model.input_embedding.detach().double().cpu(),
-                                                         model.output_embedding.detach().double().cpu())
-        if a.wordsim:
-            from repdegen.analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
-
-            lookup = self.corpus.tokenizer if self.corpus.tokenizer is not None else self.corpus.vocab
-            for name, r in evaluate_wordsim(model.output_embedding.detach().float(), lookup,
-                                            load_wordsim_datasets()).items():
-                out[f"wordsim_{name.lower()}"] = r["spearman"]
-        return out
+        return lm_final_metrics(model, self.corpus, self.groups() if a.groups else None, self.special_ids(),
+                                self.test_reading(), self.device, wordsim=a.wordsim)
 
 
 @task_for_kind("translation")

@@ -24,8 +24,8 @@ TASKS = ("any", "lm", "translation")  # any: every run records it; lm / translat
 KINDS = ("ppl", "count", "bleu", "params", "ratio", "number")  # how a value prints (Metric.format)
 # where a metric's value comes from:
 #   evaluation  recorded at every evaluation during training (analysis/metrics.py, analysis/geometry.py) and at the end
-#   final       computed from the trained model at the end (the task's final_extras, reproduce/engine/tasks.py;
-#               reproduce/engine/stages.py final_metrics)
+#   final       computed from the trained model at the end (analysis/final.py for language models, the translation
+#               task's final_extras in reproduce/engine/tasks.py; reproduce/engine/stages.py final_metrics)
 #   record      derived from the run record when it is rendered: the entry's ``derive`` (analysis/record_metrics.py),
 #               or (the parameter count, the gains over the baseline) reproduce/results/table_render.py
 #   analysis    a table's analysis of its trained cells (``analyses:``, reproduce/runs/trained.py)
@@ -184,7 +184,7 @@ _ALL = [
        derive=_from_record("valid_ppl_curve_mean")),
     # reproduce/engine/stages.py final_metrics: a pass over the validation split when never-seen rows exist
     _m("frac_h_neg_drift_unseen", recorded=True, source="final"),
-    # language models, from the trained model (reproduce/engine/tasks.py final_extras)
+    # language models, from the trained model (analysis/final.py)
     _m("uniq", "Uniq", "higher", "lm", True, "final"),
     _m("cos_rare_frequent", "cos(rare, freq)", "lower", "lm", True, "final"),
     # AL / REAL runs, every epoch (losses/al.py AugmentedLoss.epoch_metrics)
