@@ -221,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1],
                         help="the repository the paths are looked up in (default: this script's)")
     args = parser.parse_args(argv)
+    if not args.repo.is_dir():
+        parser.error(f"--repo {args.repo}: not a folder; expected the repository whose paths the files name")
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        parser.error(f"{', '.join(missing)}: no such file; expected Markdown files (or none: the repository's)")
     files = args.files or report_markdown_files(args.repo / "results")
     problems = stale_references(files, args.repo)
     for problem in problems:

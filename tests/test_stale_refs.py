@@ -137,3 +137,13 @@ def test_the_committed_markdown_names_no_missing_path():
     """results/**/*.md, README.md and docs/*.md of this repository name only paths that exist."""
     problems = check_stale_references(REPO / "results", REPO)
     assert problems == [], "\n".join(problems[:40])
+
+
+def test_the_command_refuses_a_missing_file_or_folder_in_one_line(tmp_path, capsys):
+    """A Markdown file that does not exist, or a --repo that is not a folder: argparse's one-line error, exit 2."""
+    for argv in ([str(tmp_path / "gone.md")], ["--repo", str(tmp_path / "nothere")]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert "error:" in err and ("gone.md: no such file" in err or "nothere: not a folder" in err)
