@@ -210,7 +210,7 @@ def test_lr_schedule(compose_cfg, monkeypatch):
     assert [h["lr"] for h in rec["history"]] == [1.0, 1.0, 0.5, 0.25]
 
 
-def test_sum_over_time_scales_the_gradient_by_the_bptt_length(compose_cfg):
+def test_sum_over_time_scales_the_gradient_by_the_bptt_length(compose_cfg, tmp_path):
     from repdegen.data.corpus import load_corpus
     from repdegen.losses import build_objective
     from repdegen.models import build_model
@@ -223,7 +223,7 @@ def test_sum_over_time_scales_the_gradient_by_the_bptt_length(compose_cfg):
         corpus = load_corpus(cfg.dataset)
         model = build_model(cfg.model, len(corpus.vocab), True)
         obj = build_objective(cfg.objective, len(corpus.vocab))
-        t = trainer_mod.Trainer(cfg, model, obj, corpus, Path("/nonexistent"), torch.device("cpu"))
+        t = trainer_mod.Trainer(cfg, model, obj, corpus, tmp_path / reduction, torch.device("cpu"))
         before = [p.detach().clone() for p in t.params]
         t.task.stream = t.task.stream[:8]  # exactly one 7-step segment
         t.train_epoch(1)

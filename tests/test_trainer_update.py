@@ -19,22 +19,22 @@ VD_SMOKE = ("experiment=inan2017/small", "scale=smoke", "model.dropout=0", "opti
             "objective.tie_weights=true", "trainer.bptt=7")
 
 
-def make_trainer(compose_cfg, *overrides):
+def make_trainer(compose_cfg, run_dir: Path, *overrides):
     cfg = finalize(compose_cfg(*VD_SMOKE, *overrides))
     torch.manual_seed(0)
     corpus = load_corpus(cfg.dataset)
     model = build_model(cfg.model, len(corpus.vocab), True)
     obj = build_objective(cfg.objective, len(corpus.vocab))
-    trainer = Trainer(cfg, model, obj, corpus, Path("/nonexistent"), torch.device("cpu"))
+    trainer = Trainer(cfg, model, obj, corpus, run_dir, torch.device("cpu"))
     trainer.task.stream = trainer.task.stream[:15]  # exactly two 7-step segments
     return trainer
 
 
-def test_cosreg_penalty_enters_once_per_update_of_two_micro_batches(compose_cfg, monkeypatch):
+def test_cosreg_penalty_enters_once_per_update_of_two_micro_batches(compose_cfg, tmp_path, monkeypatch):
     lr, gamma = 0.5, 3.0
     common = ("optim.name=sgd", f"optim.lr={lr}", "trainer.update_freq=2")
-    mle = make_trainer(compose_cfg, "objective=mle", *common)
-    cos = make_trainer(compose_cfg, "objective=cosreg", f"objective.gamma={gamma}", *common)
+    mle = make_trainer(compose_cfg, tmp_path, "objective=mle", *common)
+    cos = make_trainer(compose_cfg, tmp_path, "objective=cosreg", f"objective.gamma={gamma}", *common)
     W0 = cos.model.output_embedding.detach().clone().double().requires_grad_(True)
     cosine_regularizer(W0).backward()  # autograd of the plain formula: the independent gradient
     calls = []
@@ -60,7 +60,7 @@ def test_cosreg_penalty_enters_once_per_update_of_two_micro_batches(compose_cfg,
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_compile_mode_reaches_torch_compile_and_a_bad_one_is_refused(compose_cfg, monkeypatch, mode):
+def test_compile_mode_reaches_torch_compile_and_a_bad_one_is_refused(compose_cfg, tmp_path, monkeypatch, mode):
     from repdegen.reproduce.errors import ConfigError
 
     seen = {}
@@ -70,18 +70,19 @@ def test_compile_mode_reaches_torch_compile_and_a_bad_one_is_refused(compose_cfg
         return model
 
     monkeypatch.setattr(torch, "compile", fake_compile)
-    make_trainer(compose_cfg, "trainer.compile=true", f"trainer.compile_mode={mode}")
+    make_trainer(compose_cfg, tmp_path, "trainer.compile=true", f"trainer.compile_mode={mode}")
     assert seen == {"backend": "inductor", "mode": None if mode == "default" else mode}
     with pytest.raises(ConfigError, match="trainer.compile_mode='fast' is not one of default, reduce-overhead"):
-        make_trainer(compose_cfg, "trainer.compile=true", "trainer.compile_mode=fast")
+        make_trainer(compose_cfg, tmp_path, "trainer.compile=true", "trainer.compile_mode=fast")
 
 
 @pytest.mark.parametrize("objective", ["mle", "agg"])
-def test_compiled_model_gives_the_eager_losses(compose_cfg, objective):
+def test_compiled_model_gives_the_eager_losses(compose_cfg, tmp_path, objective):
     losses = {}
     for compile_ in (False, True):
-        t = make_trainer(compose_cfg, f"objective={objective}", "optim.name=sgd", "optim.lr=0.5", "trainer.update_freq=1",
-                         f"trainer.compile={str(compile_).lower()}", "trainer.compile_backend=aot_eager")
+        t = make_trainer(compose_cfg, tmp_path, f"objective={objective}", "optim.name=sgd", "optim.lr=0.5",
+                         "trainer.update_freq=1", f"trainer.compile={str(compile_).lower()}",
+                         "trainer.compile_backend=aot_eager")
         assert (t.forward_model is not t.model) == compile_
         t.model.train()
         t.task.begin_epoch(t.model)
@@ -109,7 +110,7 @@ def _old_update(t, group, lr):
     t.optimizer.step()
 
 
-def test_bf16_on_a_cpu_without_a_bf16_lstm_kernel_is_a_config_error_before_training(compose_cfg, monkeypatch):
+def test_bf16_on_a_cpu_without_a_bf16_lstm_kernel_is_a_config_error_before_training(compose_cfg, tmp_path, monkeypatch):
     """An AMD EPYC without AVX512-BF16/AMX has no oneDNN bf16 LSTM: the trainer says so and how to fix it, instead of
     oneDNN's "could not create a primitive descriptor" at the first update."""
     from repdegen.reproduce.engine import optim
@@ -117,20 +118,20 @@ def test_bf16_on_a_cpu_without_a_bf16_lstm_kernel_is_a_config_error_before_train
 
     monkeypatch.setattr(optim, "cpu_runs_bf16_lstm", lambda: False)
     with pytest.raises(ConfigError, match=r"trainer.precision=bf16: .* no bf16 LSTM kernel .* trainer.precision=fp32"):
-        make_trainer(compose_cfg, "objective=mle", "trainer.precision=bf16")
-    make_trainer(compose_cfg, "objective=mle", "trainer.precision=fp32")  # the fix it names
+        make_trainer(compose_cfg, tmp_path, "objective=mle", "trainer.precision=bf16")
+    make_trainer(compose_cfg, tmp_path, "objective=mle", "trainer.precision=fp32")  # the fix it names
 
 
 @pytest.mark.skipif(not cpu_runs_bf16_lstm(),
                     reason="this CPU has no oneDNN bf16 LSTM kernel (no AVX512-BF16 or AMX)")
-def test_bf16_update_casts_the_weights_once_and_gives_the_same_numbers(compose_cfg):
+def test_bf16_update_casts_the_weights_once_and_gives_the_same_numbers(compose_cfg, tmp_path):
     """Under bf16 autocast an update of two micro-batches gives bit-identical parameters with one autocast context
     for the whole update (the weights' bf16 copies cached across micro-batches) as with one context a micro-batch,
     and casts fewer tensors (aten::_to_copy, counted by the profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
     args = ("objective=mle", "optim.name=sgd", "optim.lr=0.5", "trainer.update_freq=2", "trainer.precision=bf16")
-    new, old = make_trainer(compose_cfg, *args), make_trainer(compose_cfg, *args)
+    new, old = make_trainer(compose_cfg, tmp_path, *args), make_trainer(compose_cfg, tmp_path, *args)
     casts = {}
     for name, t, step in (("new", new, lambda t, g: t.train_update(g, 0.5)), ("old", old, lambda t, g: _old_update(t, g, 0.5))):
         batches = t.task.train_batches(1, "train")
@@ -141,5 +142,5 @@ def test_bf16_update_casts_the_weights_once_and_gives_the_same_numbers(compose_c
         casts[name] = sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
     for (name, a), b in zip(new.model.named_parameters(), old.params):
         assert torch.equal(a, b), name
-    assert any((a != b).any() for a, b in zip(new.params, make_trainer(compose_cfg, *args).params))  # it trained
+    assert any((a != b).any() for a, b in zip(new.params, make_trainer(compose_cfg, tmp_path, *args).params))  # it trained
     assert casts["new"] < casts["old"], casts
