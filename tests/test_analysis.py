@@ -141,18 +141,25 @@ def test_group_metrics_match_a_per_token_loop_and_evaluate_nll():
     assert masked["ppl"] == pytest.approx(got["ppl"], rel=1e-9) and masked["groups"]["all"]["tokens"] == got["tokens"]
 
 
+def mass_by_loop(model, ids, batch_size, sets) -> dict:
+    """{name: the mean probability of the set's ids over the positions whose target is not one of them}, one token
+    at a time."""
+    expected = {name: [] for name in sets}
+    for y, lp in position_log_probs(model, ids, batch_size):
+        for name, members in sets.items():
+            if y not in members:
+                expected[name].append(float(lp.exp()[members].sum()))
+    return {name: sum(values) / len(values) for name, values in expected.items()}
+
+
 def test_mass_on_a_set_where_it_is_not_the_target_matches_a_per_token_loop():
     model = tiny_lm()
     ids = zipf_stream(240)
     sets = {"one": [4], "three": [0, 1, 2]}
-    expected = {name: [] for name in sets}
-    for y, lp in position_log_probs(model, ids, 3):
-        for name, members in sets.items():
-            if y not in members:
-                expected[name].append(float(lp.exp()[members].sum()))
+    expected = mass_by_loop(model, ids, 3, sets)
     got = group_metrics(model, ids, {}, batch_size=3, bptt=7, device="cpu", forbid=[4], mass_sets=sets)["mass"]
-    for name, values in expected.items():  # before forbid: the forbidden id's probability still counts
-        assert got[name] == pytest.approx(sum(values) / len(values), rel=1e-5)
+    for name, value in expected.items():  # before forbid: the forbidden id's probability still counts
+        assert got[name] == pytest.approx(value, rel=1e-5)
     assert "mass" not in group_metrics(model, ids, {}, batch_size=3, bptt=7, device="cpu")
 
 
@@ -449,14 +456,9 @@ def test_lm_final_metrics_match_the_per_token_loop_and_the_formulas():
     ref = group_metrics(model, test, groups, batch_size=3, bptt=7, device="cpu")
     assert got["uniq"] == ref["uniq"] and got["ppl_rare"] == ref["groups"]["rare"]["ppl"]
     assert got["uniq_rare_over_human"] == pytest.approx(ref["groups"]["rare"]["uniq"] / ref["groups"]["rare"]["uniq_target"])
-    sets = {"p_unk_nontarget": [1], "p_articles_nontarget": [2, 4, 0]}
-    expected = {name: [] for name in sets}
-    for y, lp in position_log_probs(model, test, 3):
-        for name, members in sets.items():
-            if y not in members:
-                expected[name].append(float(lp.exp()[members].sum()))
-    for name, values in expected.items():
-        assert got[name] == pytest.approx(sum(values) / len(values), rel=1e-5)
+    expected = mass_by_loop(model, test, 3, {"p_unk_nontarget": [1], "p_articles_nontarget": [2, 4, 0]})
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-5)
     L, W = model.input_embedding.detach().double(), model.output_embedding.detach().double()
     ql, qw = np.linalg.qr(L.numpy())[0], np.linalg.qr(W.numpy())[0]
     cosines = np.clip(np.linalg.svd(ql.T @ qw, compute_uv=False), 0, 1)  # of the principal angles
