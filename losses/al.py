@@ -45,9 +45,16 @@ class ALConfig(ObjectiveConfig):
     target_grad: str = "official"
     # Inan 2017 Sec. 6.2 (Fig. 1): J_tot = beta * tau^2 * |V| * J_aug + (1 - beta) * J (eq. 6.1) replaces
     # J + alpha * J_aug when beta is set; unit_norm_embedding renormalises the rows of L to norm 1
-    # after every update ("we also constrain each row of the input embedding matrix to have a norm of 1")
+    # after every update ("we also constrain each row of the input embedding matrix to have a norm of 1");
+    # unit_norm_axis says which rows: "word" (each word vector, a row of our V x d matrix) or "dimension" (each of the
+    # d rows of the paper's L in R^{d_x x |V|}, a column of ours: the notation of Sec. 3 and of Sec. 6.2's subspace)
     beta: float | None = None
     unit_norm_embedding: bool = False
+    unit_norm_axis: str = "word"
+
+
+# the dim of the V x d input embedding along which unit_norm_embedding takes each norm
+UNIT_NORM_AXES = {"word": 1, "dimension": 0}
 
 
 @dataclass
@@ -282,10 +289,10 @@ def chunked_augmented_loss(h, W, b, L, targets, eps: float, tau: float, w_ce: fl
 @register_objective("al", ALConfig)
 class AugmentedLoss(Objective):
     """The augmented loss (the module docstring). Options (:class:`ALConfig`): ``alpha``, ``temperature``,
-    ``form``, ``target_grad``, ``beta``, ``unit_norm_embedding``. The target distribution is built from the input
-    embedding L: ``OutputLayer(W, b, input_embedding=L)`` for an untied model; a tied one (REAL, ``make_objective(
-    "real", ...)``) passes ``OutputLayer(L)``. Hooks: :meth:`after_update` renormalises L's rows when
-    ``unit_norm_embedding``; :meth:`setup`'s ``train_counts`` only weigh the words of :meth:`epoch_metrics`'
+    ``form``, ``target_grad``, ``beta``, ``unit_norm_embedding`` (``unit_norm_axis``). The target distribution is
+    built from the input embedding L: ``OutputLayer(W, b, input_embedding=L)`` for an untied model; a tied one (REAL,
+    ``make_objective("real", ...)``) passes ``OutputLayer(L)``. Hooks: :meth:`after_update` renormalises L's rows (or
+    columns) when ``unit_norm_embedding``; :meth:`setup`'s ``train_counts`` only weigh the words of :meth:`epoch_metrics`'
     diagnostic. ``logs["aug_loss"]``: the augmented term.
 
     >>> import torch
@@ -315,6 +322,10 @@ class AugmentedLoss(Objective):
             raise ConfigError(f"objective.beta={cfg.beta} must be in [0, 1] (the share of the augmented loss, Inan 2017 eq. 6.1)")
         if cfg.target_grad not in ("official", "none", "full"):
             raise ConfigError(f"objective.target_grad={cfg.target_grad!r} must be 'official', 'none' or 'full'")
+        axis = cfg.get("unit_norm_axis", "word") if hasattr(cfg, "get") else getattr(cfg, "unit_norm_axis", "word")
+        if axis not in UNIT_NORM_AXES:
+            raise ConfigError(f"objective.unit_norm_axis={axis!r} must be 'word' (each word vector has norm 1) or "
+                              f"'dimension' (each embedding dimension, over the vocabulary, has norm 1)")
 
     @staticmethod
     def supports_chunk_rows(cfg) -> bool:
@@ -358,8 +369,8 @@ class AugmentedLoss(Objective):
     @torch.no_grad()
     def after_update(self, model=None, step: int | None = None) -> None:
         if self.cfg.unit_norm_embedding:
-            w = as_output_layer(model).input_embedding
-            w.div_(w.norm(dim=1, keepdim=True).clamp(min=1e-12))
+            w = as_output_layer(model).input_embedding  # V x d
+            w.div_(w.norm(dim=UNIT_NORM_AXES[getattr(self.cfg, "unit_norm_axis", "word")], keepdim=True).clamp(min=1e-12))
 
 
 @register_objective("real", REALConfig)

@@ -30,6 +30,27 @@ def test_eq_6_1_and_unit_norm_rows():
     assert torch.allclose(model.input_embedding.norm(dim=1), torch.ones(15), atol=1e-6)
 
 
+def test_unit_norm_axis_dimension_normalises_each_embedding_dimension_over_the_vocabulary():
+    """The paper's L is d_x x |V| (Sec. 3): its rows are our columns. ``unit_norm_axis=dimension`` divides each column
+    of our V x d input embedding by its norm, as a hand computation does; the word vectors keep their directions
+    only up to that per-dimension scaling; a value outside the two readings is refused."""
+    torch.manual_seed(0)
+    model = build_model(LSTMLMConfig(name="t", hidden_size=8), 15, tie_weights=False)
+    before = model.input_embedding.detach().clone()
+    obj = build_objective(ALConfig(beta=1.0, temperature=10.0, unit_norm_embedding=True, unit_norm_axis="dimension"), 15)
+    obj.after_update(model, 0)
+    expected = torch.stack([before[:, j] / math.sqrt(sum(float(v) ** 2 for v in before[:, j]))
+                            for j in range(before.shape[1])], dim=1)
+    assert torch.allclose(model.input_embedding, expected, atol=1e-6)
+    assert torch.allclose(model.input_embedding.norm(dim=0), torch.ones(8), atol=1e-6)
+    assert not torch.allclose(model.input_embedding.norm(dim=1), torch.ones(15), atol=1e-3)
+    from repdegen.core.errors import ConfigError
+    from repdegen.losses.al import AugmentedLoss
+
+    with pytest.raises(ConfigError, match="unit_norm_axis='rows'"):
+        AugmentedLoss.validate_config(ALConfig(beta=1.0, unit_norm_embedding=True, unit_norm_axis="rows"))
+
+
 def test_fig1_run_uses_the_window_and_reports_the_subspace_distance(compose_cfg):
     cfg = finalize(compose_cfg("experiment=inan2017/fig1", "objective=al", "scale=smoke", "dataset.train_start=100",
                                "dataset.train_tokens=1000", "objective.beta=0.5"))

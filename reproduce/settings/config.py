@@ -342,7 +342,7 @@ HASH_OMITTED_AT_DEFAULT = {"trainer.retrain_sessions": 0, "dataset.vocab_from": 
                            "trainer.analysis.geometry_every": None, "trainer.analysis.geometry_until": None,
                            "objective.group_cutoffs": None, "trainer.test_bptt": None, "trainer.test_context": 0,
                            "trainer.save_interval_updates": None, "dataset.byte_bpe": None,
-                           "dataset.valid_every": None}
+                           "dataset.valid_every": None, "objective.unit_norm_axis": "word"}
 
 
 def hashed_view(cfg: DictConfig) -> dict:

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import torch
-
 from repdegen.analysis.inspection import subspace_distance
 from repdegen.reproduce.runs.trained import load_lm
 
