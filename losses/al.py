@@ -293,7 +293,8 @@ class AugmentedLoss(Objective):
     built from the input embedding L: ``OutputLayer(W, b, input_embedding=L)`` for an untied model; a tied one (REAL,
     ``make_objective("real", ...)``) passes ``OutputLayer(L)``. Hooks: :meth:`after_update` renormalises L's rows (or
     columns) when ``unit_norm_embedding``; :meth:`setup`'s ``train_counts`` only weigh the words of :meth:`epoch_metrics`'
-    diagnostic. ``logs["aug_loss"]``: the augmented term.
+    diagnostic. ``logs["aug_loss"]``: the augmented term (absent where its weight is zero, ``beta = 0`` or ``alpha = 0``
+    without ``beta``, outside ``chunk_rows``: the term is then not formed).
 
     >>> import torch
     >>> from repdegen.losses import OutputLayer, make_objective
@@ -344,6 +345,10 @@ class AugmentedLoss(Objective):
             return ObjectiveOutput(token_loss=loss, nll=nll, logs={"aug_loss": aug})
         logits = model.logits(hidden)
         loss, nll = self.token_nll(logits, targets)
+        if cfg.beta == 0.0 or (cfg.beta is None and cfg.alpha == 0.0):
+            # the augmented term's weight is zero: it adds exactly zero to the loss and to every gradient, so it is
+            # not formed (the loss and gradients equal those of the weighted sum, bitwise: tests/test_losses.py)
+            return ObjectiveOutput(token_loss=loss, nll=nll, logs={})  # (1 - beta) J = J
         aug = augmented_loss_mean(logits if logits.dtype == torch.float64 else logits.float(), targets,
                                   model.input_embedding, cfg.temperature, cfg.form,
                                   cfg.target_grad)

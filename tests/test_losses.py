@@ -283,6 +283,44 @@ def test_al_objectives_with_chunk_rows_equal_their_default_path(name, tied, beta
         assert torch.allclose(pa[k], pb[k], atol=1e-12, rtol=0), k
 
 
+@pytest.mark.parametrize("form,target_grad", [("kl", "official"), ("kl", "none"), ("ce", "full")])
+@pytest.mark.parametrize("beta,alpha", [(0.0, 0.7), (None, 0.0)])
+def test_al_with_zero_weight_equals_the_weighted_sum_bitwise(beta, alpha, form, target_grad):
+    """Where the augmented term's weight is zero (beta = 0 under Inan 2017 eq. 6.1, or alpha = 0) the objective does
+    not form it; its loss and every gradient equal, bit for bit, those of the weighted sum with the term formed
+    (beta tau^2 |V| J_aug + (1 - beta) J, or J + alpha J_aug), in float32 as a training run has them."""
+    from omegaconf import OmegaConf
+
+    torch.manual_seed(6)
+    y = torch.randint(0, V, (N,))
+    h0 = torch.randn(N, D)
+    base = TinyOutputModel(V, D, False, bias=True)
+    cfg = OmegaConf.create({"name": "al", "alpha": alpha, "temperature": 4.0, "form": form, "target_grad": target_grad,
+                            "beta": beta, "chunk_rows": None})
+    obj = build_objective(cfg, V)
+    grads, losses = [], []
+    for formed in (False, True):
+        model = TinyOutputModel(V, D, False, bias=True)
+        model.load_state_dict(base.state_dict())
+        h = h0.clone().requires_grad_(True)
+        if formed:  # the weighted sum, term formed, as written in eq. 6.1 / eq. 3.7
+            logits = model.logits(h)
+            loss, _ = obj.token_nll(logits, y)
+            aug = augmented_loss_mean(logits, y, model.input_embedding, 4.0, form, target_grad)
+            total = (beta * 4.0**2 * V * aug + (1.0 - beta) * loss) if beta is not None else loss + alpha * aug
+        else:
+            out = obj(h, y, model)
+            assert "aug_loss" not in out.logs
+            total = out.token_loss
+        total.backward()
+        losses.append(total.detach())
+        grads.append([h.grad] + [p.grad for _, p in sorted(model.named_parameters())])
+    assert torch.equal(losses[0], losses[1])
+    for a, b in zip(*grads):
+        assert (a is None and b is None) or torch.equal(a if a is not None else torch.zeros_like(b),
+                                                        b if b is not None else torch.zeros_like(a))
+
+
 def brute_cosreg(W):
     """gamma-free Gao eq. 6: 1/N^2 sum_i sum_{j != i} cos(w_i, w_j), as a double loop."""
     n = W.size(0)
