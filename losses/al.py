@@ -344,7 +344,9 @@ class AugmentedLoss(Objective):
                 cfg.temperature, w_ce, w_aug, cfg.form, cfg.target_grad, cfg.chunk_rows)
             return ObjectiveOutput(token_loss=loss, nll=nll, logs={"aug_loss": aug})
         logits = model.logits(hidden)
-        loss, nll = self.token_nll(logits, targets)
+        # at beta = 1 the cross-entropy's weight (1 - beta) is zero: its value is still read (the NLL, and the sum
+        # below), its gradient, exactly zero, is not formed
+        loss, nll = self.token_nll(logits.detach() if cfg.beta == 1.0 else logits, targets)
         if cfg.beta == 0.0 or (cfg.beta is None and cfg.alpha == 0.0):
             # the augmented term's weight is zero: it adds exactly zero to the loss and to every gradient, so it is
             # not formed (the loss and gradients equal those of the weighted sum, bitwise: tests/test_losses.py)

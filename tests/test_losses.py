@@ -284,11 +284,12 @@ def test_al_objectives_with_chunk_rows_equal_their_default_path(name, tied, beta
 
 
 @pytest.mark.parametrize("form,target_grad", [("kl", "official"), ("kl", "none"), ("ce", "full")])
-@pytest.mark.parametrize("beta,alpha", [(0.0, 0.7), (None, 0.0)])
+@pytest.mark.parametrize("beta,alpha", [(0.0, 0.7), (None, 0.0), (1.0, 0.7)])
 def test_al_with_zero_weight_equals_the_weighted_sum_bitwise(beta, alpha, form, target_grad):
-    """Where the augmented term's weight is zero (beta = 0 under Inan 2017 eq. 6.1, or alpha = 0) the objective does
-    not form it; its loss and every gradient equal, bit for bit, those of the weighted sum with the term formed
-    (beta tau^2 |V| J_aug + (1 - beta) J, or J + alpha J_aug), in float32 as a training run has them."""
+    """Where a term's weight is zero the objective does not form it: the augmented term at beta = 0 (Inan 2017
+    eq. 6.1) or alpha = 0, the cross-entropy's gradient at beta = 1. Its loss and every gradient equal, bit for bit,
+    those of the weighted sum with both terms formed (beta tau^2 |V| J_aug + (1 - beta) J, or J + alpha J_aug), in
+    float32 as a training run has them."""
     from omegaconf import OmegaConf
 
     torch.manual_seed(6)
@@ -310,7 +311,7 @@ def test_al_with_zero_weight_equals_the_weighted_sum_bitwise(beta, alpha, form, 
             total = (beta * 4.0**2 * V * aug + (1.0 - beta) * loss) if beta is not None else loss + alpha * aug
         else:
             out = obj(h, y, model)
-            assert "aug_loss" not in out.logs
+            assert ("aug_loss" in out.logs) == (beta == 1.0)
             total = out.token_loss
         total.backward()
         losses.append(total.detach())
