@@ -271,6 +271,36 @@ def test_paper_rendering_names_each_cells_sessions_machine_and_commit():
     assert cell_provenance({"config_hash": "x"})["hardware"] == "n/a"
 
 
+def test_cells_json_gives_each_seed_its_own_status():
+    """A row with one seed complete, one running, one interrupted and one not run: the row's status is the worst
+    (running), and cells.json lists each seed with its own."""
+    from omegaconf import OmegaConf
+    from repdegen.reproduce.results.table_render import cell_index, collect_rows
+    from repdegen.reproduce.runs.cells import Cell
+
+    class Ledger:  # the ledger's two reads collect_rows makes
+        records = {"h2": {"status": "running"}, "h3": {"status": "interrupted"}}
+
+        def load(self, h):
+            return self.records.get(h)
+
+        def run_dir(self, h):
+            return Path("/nonexistent") / h
+
+    app = OmegaConf.create({"scale": {"name": "paper"}, "table": {"columns": ["test_ppl"], "rows": [
+        {"label": "A", "group": None, "paper": {"test_ppl": 80.0}, "experiment": "e", "stage": "test",
+         "note": None}]}})
+    cells = [Cell([0], "A", OmegaConf.create({}), f"h{s}", seed=s) for s in (1, 2, 3, 4)]
+    done = {"status": "complete", "metrics": {"test": {"test_ppl": 81.0}}, "parameters": {"total": 1e6}}
+    Ledger.records["h1"] = done
+    rows, records = collect_rows(app, cells, Ledger())
+    assert rows[0].status == "running" and len(records) == 1
+    index = cell_index(rows, "runs")
+    assert [(c["seed"], c["status"]) for c in index] == [(1, "complete"), (2, "running"), (3, "interrupted"),
+                                                        (4, "missing")]
+    assert index[1]["run_dir"] == str(Path("runs") / "h2")
+
+
 def test_render_at_lite_shows_the_change_against_the_baseline_and_seeds():
     base = RenderedRow("MLE", None, {"test_ppl": 87.3}, {"test_ppl": 141.2}, "complete", config_hash="h1+h2",
                        extra={"sd": {"test_ppl": 0.6}, "n_seeds": 2, "n_done": 2})

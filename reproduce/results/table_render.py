@@ -98,12 +98,14 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
             continue
         per_seed: dict = {}
         statuses = []
+        seed_status: dict = {}
         for cell in row_cells:
             record = ledger.load(cell.config_hash)
             status = "missing" if record is None else record.get("status", "missing")
             if record is None and (run_status or {}).get(cell.config_hash) == "failed":
                 status = "failed"
             statuses.append(status)
+            seed_status[cell.seed] = status
             per_seed[cell.seed] = None
             if record is not None and status == STATUS_COMPLETE:
                 per_seed[cell.seed] = _cell_values(record, row.stage)
@@ -124,9 +126,25 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
             sd[col] = statistics.stdev(vals) if len(vals) > 1 else None
         hashes = "+".join(c.config_hash for c in row_cells)
         rows.append(RenderedRow(row.label, row.group, paper, ours, _row_status(statuses), row.note, hashes,
-                                extra={"seeds": per_seed, "sd": sd, "n_seeds": len(row_cells), "n_done": len(done),
-                                       "scale": scale}))
+                                extra={"seeds": per_seed, "statuses": seed_status, "sd": sd,
+                                       "n_seeds": len(row_cells), "n_done": len(done), "scale": scale}))
     return rows, records
+
+
+def cell_index(rows: list[RenderedRow], runs_dir: str | Path) -> list[dict]:
+    """cells.json's ``cells``: each seed of each row with its own status (a row's seeds can be complete, running
+    and not run at once), hash and run directory; a row without cells once, with the row's status."""
+    out = []
+    for r in rows:
+        statuses = r.extra.get("statuses", {})
+        for seed, h in zip(r.extra.get("seeds", {}), (r.config_hash or "").split("+")):
+            if h:
+                status = STATUS_COMPLETE if r.extra["seeds"][seed] is not None else statuses.get(seed, r.status)
+                out.append({"label": r.label, "seed": seed, "status": status, "config_hash": h,
+                            "run_dir": str(Path(runs_dir) / h)})
+        if not r.config_hash:
+            out.append({"label": r.label, "status": r.status, "config_hash": None, "run_dir": None})
+    return out
 
 
 def attach_baselines(table, rows: list[RenderedRow]) -> None:
@@ -337,14 +355,7 @@ def render(app: DictConfig, rows: list[RenderedRow], records: list[dict], ledger
     figure_captions |= {Path(f).stem: caption for f, caption in figures.items()}
     if "figure" in figure_captions:  # a figure table's own panels first
         figure_captions = {"figure": figure_captions.pop("figure"), **figure_captions}
-    cells_out = []
-    for r in rows:
-        for seed, h in zip(r.extra.get("seeds", {}), (r.config_hash or "").split("+")):
-            if h:
-                cells_out.append({"label": r.label, "seed": seed, "status": r.status if r.extra["seeds"][seed] is None
-                                  else STATUS_COMPLETE, "config_hash": h, "run_dir": str(Path(app.paths.runs_dir) / h)})
-        if not r.config_hash:
-            cells_out.append({"label": r.label, "status": r.status, "config_hash": None, "run_dir": None})
+    cells_out = cell_index(rows, app.paths.runs_dir)
     # cells.json's `command` is the one that trains the cells (the one to rerun); a render-only pass keeps
     # the training command already there and says in `rendered_by` how this rendering was made
     this_command = command_line()
