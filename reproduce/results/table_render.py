@@ -97,14 +97,12 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
             rows.append(RenderedRow(row.label, row.group, paper, {}, status, row.note, extra={"scale": scale}))
             continue
         per_seed: dict = {}
-        statuses = []
         seed_status: dict = {}
         for cell in row_cells:
             record = ledger.load(cell.config_hash)
             status = "missing" if record is None else record.get("status", "missing")
             if record is None and (run_status or {}).get(cell.config_hash) == "failed":
                 status = "failed"
-            statuses.append(status)
             seed_status[cell.seed] = status
             per_seed[cell.seed] = None
             if record is not None and status == STATUS_COMPLETE:
@@ -125,7 +123,7 @@ def collect_rows(app: DictConfig, cells: list[Cell], ledger: Ledger,
             ours[col] = statistics.fmean(vals) if vals else None
             sd[col] = statistics.stdev(vals) if len(vals) > 1 else None
         hashes = "+".join(c.config_hash for c in row_cells)
-        rows.append(RenderedRow(row.label, row.group, paper, ours, _row_status(statuses), row.note, hashes,
+        rows.append(RenderedRow(row.label, row.group, paper, ours, _row_status(list(seed_status.values())), row.note, hashes,
                                 extra={"seeds": per_seed, "statuses": seed_status, "sd": sd,
                                        "n_seeds": len(row_cells), "n_done": len(done), "scale": scale}))
     return rows, records
