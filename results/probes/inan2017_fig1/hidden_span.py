@@ -8,7 +8,8 @@ in W, and stays at its random initialisation. This probe reads a trained run of 
 * the hidden states h_t (the last LSTM layer) over the run's own 20,000-token training window, in eval mode;
 * their principal directions U_k: the fewest that hold 99 % of sum ||h_t||^2 (k; also the participation ratio);
 * the registered distance d(L, W), and d(L, W U_k), the distance of the span of the logits the model makes;
-* d(L, W) with W's k top singular directions only, and the norm-weighted residual ||W - P_L W||_F / ||W||_F.
+* d(L, W) with W's k top singular directions only, and the norm-weighted residual ||W - P_L W||_F / ||W||_F;
+* the mean cosine between distinct rows of L (word vectors), (||sum_i u_i||^2 - V) / (V (V - 1)) for unit rows u_i.
 
     python results/probes/inan2017_fig1/hidden_span.py outputs/runs/<hash> [...] --out FILE.json
 """
@@ -51,6 +52,8 @@ def read(run: Path) -> dict:
     qw, sw, _ = torch.linalg.svd(W, full_matrices=False)
     ql, _ = torch.linalg.qr(L)
     o = lm.record["config"]["objective"]
+    u = L / L.norm(dim=1, keepdim=True)
+    n = u.size(0)
     return {
         "run": run.name, "beta": o.get("beta"), "temperature": o.get("temperature"),
         "target_grad": o.get("target_grad"), "seed": lm.record["config"].get("seed"),
@@ -60,6 +63,7 @@ def read(run: Path) -> dict:
         "distance_W_used": subspace_distance(L, W @ uk),
         "distance_W_top_k": subspace_distance(L, qw[:, :k]),
         "relative_residual_W_on_L": float((W - ql @ (ql.t() @ W)).norm() / W.norm()),
+        "L_mean_cos": float((u.sum(0).pow(2).sum() - n) / (n * (n - 1))),
         "W_fro": float(W.norm()), "W_top_singular": [round(float(x), 4) for x in sw[:5]],
     }
 
