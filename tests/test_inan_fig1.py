@@ -69,6 +69,35 @@ def test_fig1_run_uses_the_window_and_reports_the_subspace_distance(compose_cfg)
     assert 0.0 < d < 1.0
 
 
+def test_the_distance_is_recorded_at_every_evaluation(compose_cfg):
+    """An untied run's history holds the subspace distance at every epoch; the last epoch's (Fig. 1 keeps the last
+    weights) is the final one and the pinv-projection formula on the last weights; a tied model records none."""
+    cfg = finalize(compose_cfg("experiment=inan2017/fig1", "objective=al", "scale=smoke", "dataset.train_tokens=1000",
+                               "objective.beta=1.0", "objective.target_grad=none", "trainer.max_epochs=2",
+                               "trainer.early_stopping=null"))
+    assert cfg.trainer.final_weights == "last"
+    record = train(cfg)
+    distances = [h["subspace_distance"] for h in record["history"]]
+    assert len(distances) == 2 and all(0.0 < d < 1.0 for d in distances)
+    (run_dir,) = (Path(cfg.paths.output_dir) / "runs").iterdir()
+    weights = torch.load(run_dir / "last.pt", weights_only=False)["model"]
+    L, W = weights["embedding.weight"].double(), weights["output_weight"].double()
+    PL, PW = L @ torch.linalg.pinv(L), W @ torch.linalg.pinv(W)
+    expected = float(torch.linalg.norm(PL - PW) / math.sqrt(2 * L.shape[1]))
+    assert distances[-1] == pytest.approx(expected, rel=1e-6)
+    assert record["metrics"]["final"]["subspace_distance"] == pytest.approx(expected, rel=1e-6)
+
+    from types import SimpleNamespace
+
+    from repdegen.reproduce.engine.tasks import LMTask
+
+    no_groups = SimpleNamespace(t=SimpleNamespace(analysis=SimpleNamespace(groups=False)))
+    tied = build_model(LSTMLMConfig(name="t", hidden_size=8), 15, tie_weights=True)
+    untied = build_model(LSTMLMConfig(name="t", hidden_size=8), 15, tie_weights=False)
+    assert "subspace_distance" not in LMTask.group_geometry(no_groups, tied)
+    assert 0.0 < LMTask.group_geometry(no_groups, untied)["subspace_distance"] < 1.0
+
+
 def test_the_table_draws_both_panels_from_its_rows(tiny_data, tmp_path):
     """`repdegen table table=inan2017_fig1` at smoke: figure.json holds, for each panel and curve, each run row's x
     (its config's beta or tau), its distance as recorded, and the random-subspace level sqrt(1 - k/|V|) of its runs."""

@@ -349,6 +349,7 @@ class Trainer(Stages):
             self.logger.log({k: v for k, v in record.items() if not isinstance(v, list)}, step=len(self.state.history))
         brief = " | ".join(f"{k} {record[k]:.2f}" for k in ("train_ppl", "valid_ppl") if k in record)
         target = f" | H(y~) {record['al_target_entropy']:.3f}" if "al_target_entropy" in record else ""
+        target += f" | d(L, W) {record['subspace_distance']:.3f}" if "subspace_distance" in record else ""
         self.print(f"[{record['stage']} epoch {record['epoch']:3d}] {brief} | I(W) {record['isotropy']:.3g} "
                    f"| mean cos {record['mean_cos']:.3f}{target} | lr {record['lr']:g} | {record['epoch_seconds']:.0f}s")
         done = len(self.state.history)

@@ -62,7 +62,8 @@ def render_embedding_figures(records: list[dict], runs_dir: Path, out: Path, tit
                              colors=colors)
         written["singular_values.png"] = ("Normalised singular values of each row's output embedding (Gao Fig. 2b, Yu "
                                           f"Fig. 3c){over}")
-    keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent", "al_target_entropy")
+    keys = [k for k in ("isotropy", "isotropy_rare", "isotropy_frequent", "cos_rare_frequent", "al_target_entropy",
+                        "subspace_distance")
             if any(k in h for r in records for h in r.get("history", []))]
     if keys:
         histories = {name[key]: Seeds([dict(h, step=h.get("updates", i + 1)) for i, h in enumerate(r.get("history", []))]
