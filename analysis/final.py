@@ -49,11 +49,9 @@ def lm_final_metrics(model, corpus, groups: dict | None, special_ids: list[int],
     if sets:
         out.update(finite_only(group_metrics(model, corpus.test, {}, bs, bptt, device, mass_sets=sets,
                                              context=context)["mass"]))
-    if model.output_embedding is not model.input_embedding:  # untied: Inan 2017 Fig. 1
-        from repdegen.analysis.inspection import subspace_distance
+    from repdegen.analysis.inspection import input_output_distance
 
-        out["subspace_distance"] = subspace_distance(model.input_embedding.detach().double().cpu(),
-                                                     model.output_embedding.detach().double().cpu())
+    out.update(input_output_distance(model))  # untied: Inan 2017 Fig. 1
     if wordsim:
         from repdegen.analysis.wordsim import evaluate_wordsim, load_wordsim_datasets
 

@@ -156,6 +156,15 @@ def subspace_distance(a: torch.Tensor, b: torch.Tensor, rtol: float | None = Non
     return min(1.0, float(residual.norm()) / math.sqrt(k))
 
 
+def input_output_distance(model) -> dict:
+    """``{"subspace_distance": d}`` of a model whose output embedding is not its input embedding (untied): the
+    distance of their spans, :func:`subspace_distance` in float64 on the CPU; ``{}`` for a tied model."""
+    if model.output_embedding is model.input_embedding:
+        return {}
+    return {"subspace_distance": subspace_distance(model.input_embedding.detach().double().cpu(),
+                                                   model.output_embedding.detach().double().cpu())}
+
+
 @torch.no_grad()
 def continuation_uniq(model, test_ids: torch.Tensor, prefix_len: int = 50, steps: int = 100, n: int | None = None,
                       batch_size: int = 64, forbid: Sequence[int] = (), decode=None) -> dict:

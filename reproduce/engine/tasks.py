@@ -236,13 +236,9 @@ class LMTask:
     def group_geometry(self, model) -> dict:
         """:func:`group_geometry`, and for an untied model the subspace distance between its input and output
         embeddings (Inan et al. 2017, Fig. 1) at every evaluation, as the final analysis reports it at the end."""
-        out = group_geometry(self, model)
-        if model.output_embedding is not model.input_embedding:
-            from repdegen.analysis.inspection import subspace_distance
+        from repdegen.analysis.inspection import input_output_distance
 
-            out["subspace_distance"] = subspace_distance(model.input_embedding.detach().double().cpu(),
-                                                         model.output_embedding.detach().double().cpu())
-        return out
+        return {**group_geometry(self, model), **input_output_distance(model)}
 
     def test_reading(self) -> tuple[int, int, int]:
         """(batch size, segment length, context) the test split is read with: its PPL and the final analysis passes
