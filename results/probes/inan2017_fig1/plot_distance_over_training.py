@@ -6,8 +6,8 @@ constant, patience 60, cap 300; declared in results/tables/inan2017_fig1/NOTES.m
 Reads each run's result.json (default: the records under distance_over_training/ beside this script) and writes,
 beside this script, distance_over_training.png (top: the distance of L^T and W per epoch, with the random-subspace
 level sqrt(1 - d/|V|); bottom: the epoch mean of J_tot, eq. 6.1, log scale) and distance_over_training.json (per run:
-the distance at chosen epochs, the first epoch under each of a few levels, the epoch of the lowest J_tot and of the
-J_tot peak in the bump, and the largest one-epoch rise of the distance).
+the distance at chosen epochs, the first epoch under each of a few levels, [epoch, J_tot, distance] at J_tot's first
+low and at the peak of the bump after it, the lowest J_tot, and the largest one-epoch rise of the distance).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def summary(record: dict) -> dict:
     history = [h for h in record["history"] if "subspace_distance" in h]
     by_epoch = {h["epoch"]: h for h in history}
     loss = [h["train_loss"] for h in history]
-    early = [h for h in history if h["epoch"] <= 40]
-    low_early = min(early, key=lambda h: h["train_loss"]) if early else None
-    peak = max((h for h in early if low_early and h["epoch"] > low_early["epoch"]), key=lambda h: h["train_loss"],
-               default=None)
+    # the bump: J_tot's first low (within the first 12 epochs) and its peak after it (up to epoch 40)
+    low_early = min((h for h in history if h["epoch"] <= 12), key=lambda h: h["train_loss"], default=None)
+    peak = max((h for h in history if low_early and low_early["epoch"] < h["epoch"] <= 40),
+               key=lambda h: h["train_loss"], default=None)
     rises = [(b["subspace_distance"] - a["subspace_distance"], b["epoch"]) for a, b in zip(history, history[1:])]
     vocab, width = record["corpus"]["vocab_size"], record["config"]["model"]["hidden_size"]
     return {
@@ -46,7 +46,7 @@ def summary(record: dict) -> dict:
         "train_loss_at": {e: by_epoch[e]["train_loss"] for e in EPOCHS if e in by_epoch},
         "first_epoch_below": {str(level): next((h["epoch"] for h in history if h["subspace_distance"] < level), None)
                               for level in LEVELS},
-        "lowest_train_loss_first_40": low_early and [low_early["epoch"], low_early["train_loss"],
+        "first_low": low_early and [low_early["epoch"], low_early["train_loss"],
                                                      low_early["subspace_distance"]],
         "bump_peak": peak and [peak["epoch"], peak["train_loss"], peak["subspace_distance"]],
         "lowest_train_loss": [history[loss.index(min(loss))]["epoch"], min(loss)],
