@@ -87,15 +87,12 @@ def test_the_distance_is_recorded_at_every_evaluation(compose_cfg):
     assert distances[-1] == pytest.approx(expected, rel=1e-6)
     assert record["metrics"]["final"]["subspace_distance"] == pytest.approx(expected, rel=1e-6)
 
-    from types import SimpleNamespace
+    from repdegen.analysis.inspection import input_output_distance
 
-    from repdegen.reproduce.engine.tasks import LMTask
-
-    no_groups = SimpleNamespace(t=SimpleNamespace(analysis=SimpleNamespace(groups=False)))
     tied = build_model(LSTMLMConfig(name="t", hidden_size=8), 15, tie_weights=True)
     untied = build_model(LSTMLMConfig(name="t", hidden_size=8), 15, tie_weights=False)
-    assert "subspace_distance" not in LMTask.group_geometry(no_groups, tied)
-    assert 0.0 < LMTask.group_geometry(no_groups, untied)["subspace_distance"] < 1.0
+    assert input_output_distance(tied) == {}
+    assert 0.0 < input_output_distance(untied)["subspace_distance"] < 1.0
 
 
 def test_the_table_draws_both_panels_from_its_rows(tiny_data, tmp_path):
